@@ -1,0 +1,350 @@
+//! Fixed-layout parts of a trace file: the file header and the chunk headers.
+//!
+//! All integers are little-endian. `docs/FORMAT.md` gives the byte-by-byte
+//! layout; the constants here are the single source of truth for the offsets.
+
+/// First eight bytes of every trace file.
+pub const MAGIC: [u8; 8] = *b"FNTRACE\0";
+/// Major version: readers refuse other major versions.
+pub const VERSION_MAJOR: u16 = 1;
+/// Minor version: additions that older readers can skip.
+pub const VERSION_MINOR: u16 = 0;
+/// Size of the file header; chunk 0 starts here.
+pub const HEADER_SIZE: u32 = 4096;
+/// Default chunk size (header plus payload).
+pub const DEFAULT_CHUNK_SIZE: u32 = 64 * 1024;
+/// Size of a chunk header; the payload follows it.
+pub const CHUNK_HEADER_SIZE: usize = 64;
+/// Magic of a chunk header (`"FNTC"`).
+pub const CHUNK_MAGIC: u32 = u32::from_le_bytes(*b"FNTC");
+/// Magic of the final block (`"FEND"`).
+pub const FINAL_MAGIC: u32 = u32::from_le_bytes(*b"FEND");
+/// Thread id of the metadata stream.
+pub const META_TID: u32 = 0;
+
+/// Header flag: the TSC runs at a constant rate and does not stop in idle
+/// states (`constant_tsc` and `nonstop_tsc`).
+pub const HDR_FLAG_TSC_INVARIANT: u32 = 1;
+/// Final-block flag: the process finished recording cleanly.
+pub const FINAL_FLAG_CLEAN: u32 = 1;
+/// Chunk flag: the chunk is sealed; `payload_len` and `payload_crc` are valid.
+pub const CHUNK_FLAG_SEALED: u32 = 1;
+
+/// Offset of the final block inside the header.
+pub const FINAL_OFFSET: usize = 128;
+/// Bytes of the header that readers look at.
+pub const HEADER_USED: usize = 256;
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+fn put_u16(b: &mut [u8], o: usize, v: u16) {
+    b[o..o + 2].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u32(b: &mut [u8], o: usize, v: u32) {
+    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut [u8], o: usize, v: u64) {
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// The static part of the file header, written once when the trace is created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Major format version.
+    pub version_major: u16,
+    /// Minor format version.
+    pub version_minor: u16,
+    /// Size of the header in bytes (offset of chunk 0).
+    pub header_size: u32,
+    /// Size of every chunk in bytes, header included.
+    pub chunk_size: u32,
+    /// `HDR_FLAG_*` bits.
+    pub flags: u32,
+    /// TSC ticks per second from the start-up calibration.
+    pub tsc_hz: u64,
+    /// TSC when recording started.
+    pub start_tsc: u64,
+    /// CLOCK_MONOTONIC (ns) read together with `start_tsc`.
+    pub start_mono_ns: u64,
+    /// CLOCK_REALTIME (ns since the Unix epoch) at start.
+    pub start_realtime_ns: u64,
+    /// Process id of the traced process.
+    pub pid: u32,
+}
+
+impl Header {
+    /// Encodes the static block (bytes 0..128), checksum included.
+    pub fn encode(&self) -> [u8; FINAL_OFFSET] {
+        let mut b = [0u8; FINAL_OFFSET];
+        b[0..8].copy_from_slice(&MAGIC);
+        put_u16(&mut b, 8, self.version_major);
+        put_u16(&mut b, 10, self.version_minor);
+        put_u32(&mut b, 12, self.header_size);
+        put_u32(&mut b, 16, self.chunk_size);
+        put_u32(&mut b, 20, self.flags);
+        put_u64(&mut b, 24, self.tsc_hz);
+        put_u64(&mut b, 32, self.start_tsc);
+        put_u64(&mut b, 40, self.start_mono_ns);
+        put_u64(&mut b, 48, self.start_realtime_ns);
+        put_u32(&mut b, 56, self.pid);
+        let crc = crc32fast::hash(&b[0..124]);
+        put_u32(&mut b, 124, crc);
+        b
+    }
+
+    /// Decodes the static block. The caller checks magic, version and
+    /// checksum with [`Header::check`] first.
+    pub fn decode(b: &[u8; FINAL_OFFSET]) -> Header {
+        Header {
+            version_major: u16_at(b, 8),
+            version_minor: u16_at(b, 10),
+            header_size: u32_at(b, 12),
+            chunk_size: u32_at(b, 16),
+            flags: u32_at(b, 20),
+            tsc_hz: u64_at(b, 24),
+            start_tsc: u64_at(b, 32),
+            start_mono_ns: u64_at(b, 40),
+            start_realtime_ns: u64_at(b, 48),
+            pid: u32_at(b, 56),
+        }
+    }
+
+    /// Checks the magic and the checksum of a static block.
+    pub fn check(b: &[u8; FINAL_OFFSET]) -> Result<(), HeaderProblem> {
+        if b[0..8] != MAGIC {
+            return Err(HeaderProblem::Magic);
+        }
+        if crc32fast::hash(&b[0..124]) != u32_at(b, 124) {
+            return Err(HeaderProblem::Checksum);
+        }
+        Ok(())
+    }
+}
+
+/// What is wrong with a header block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderProblem {
+    /// The magic bytes are not `FNTRACE\0`.
+    Magic,
+    /// The checksum does not match the contents.
+    Checksum,
+}
+
+/// The final block of the header (bytes 128..256), written when recording
+/// finishes cleanly. All zero in a trace whose process died.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Final {
+    /// `FINAL_FLAG_*` bits.
+    pub flags: u32,
+    /// TSC when recording finished.
+    pub end_tsc: u64,
+    /// CLOCK_MONOTONIC (ns) read together with `end_tsc`.
+    pub end_mono_ns: u64,
+    /// TSC ticks per second measured over the whole recording.
+    pub tsc_hz: u64,
+    /// Number of chunks allocated (the file holds exactly these).
+    pub chunks: u64,
+    /// Events the runtime counted as dropped, over all threads.
+    pub lost_events: u64,
+}
+
+impl Final {
+    /// Encodes the final block, checksum included.
+    pub fn encode(&self) -> [u8; HEADER_USED - FINAL_OFFSET] {
+        let mut b = [0u8; HEADER_USED - FINAL_OFFSET];
+        put_u32(&mut b, 0, FINAL_MAGIC);
+        put_u32(&mut b, 4, self.flags);
+        put_u64(&mut b, 8, self.end_tsc);
+        put_u64(&mut b, 16, self.end_mono_ns);
+        put_u64(&mut b, 24, self.tsc_hz);
+        put_u64(&mut b, 32, self.chunks);
+        put_u64(&mut b, 40, self.lost_events);
+        let crc = crc32fast::hash(&b[0..124]);
+        put_u32(&mut b, 124, crc);
+        b
+    }
+
+    /// Decodes a final block: `Ok(None)` when it is all zero (not finished),
+    /// an error when it is present but damaged.
+    pub fn decode(b: &[u8]) -> Result<Option<Final>, HeaderProblem> {
+        if b.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        if u32_at(b, 0) != FINAL_MAGIC {
+            return Err(HeaderProblem::Magic);
+        }
+        if crc32fast::hash(&b[0..124]) != u32_at(b, 124) {
+            return Err(HeaderProblem::Checksum);
+        }
+        Ok(Some(Final {
+            flags: u32_at(b, 4),
+            end_tsc: u64_at(b, 8),
+            end_mono_ns: u64_at(b, 16),
+            tsc_hz: u64_at(b, 24),
+            chunks: u64_at(b, 32),
+            lost_events: u64_at(b, 40),
+        }))
+    }
+}
+
+/// The header at the start of every chunk.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChunkHeader {
+    /// Thread the chunk belongs to ([`META_TID`] for metadata).
+    pub tid: u32,
+    /// Position of the chunk in its thread's stream, from 0.
+    pub seq: u32,
+    /// Call depth of the thread when the chunk was started.
+    pub depth: u32,
+    /// TSC that the first event's delta is relative to.
+    pub base_tsc: u64,
+    /// CLOCK_MONOTONIC (ns) read together with `base_tsc`.
+    pub base_mono_ns: u64,
+    /// `CHUNK_FLAG_*` bits.
+    pub flags: u32,
+    /// Payload bytes in use (valid when sealed).
+    pub payload_len: u32,
+    /// CRC-32 of the used payload (valid when sealed).
+    pub payload_crc: u32,
+}
+
+impl ChunkHeader {
+    /// Encodes the static part (bytes 0..36: magic, fields and their
+    /// checksum). The dynamic part (flags, length, payload checksum) is
+    /// written by [`ChunkHeader::encode_seal`].
+    pub fn encode_static(&self) -> [u8; 36] {
+        let mut b = [0u8; 36];
+        put_u32(&mut b, 0, CHUNK_MAGIC);
+        put_u32(&mut b, 4, self.tid);
+        put_u32(&mut b, 8, self.seq);
+        put_u32(&mut b, 12, self.depth);
+        put_u64(&mut b, 16, self.base_tsc);
+        put_u64(&mut b, 24, self.base_mono_ns);
+        let crc = crc32fast::hash(&b[4..32]);
+        put_u32(&mut b, 32, crc);
+        b
+    }
+
+    /// Encodes bytes 36..48: flags, payload length and payload checksum.
+    pub fn encode_seal(&self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        put_u32(&mut b, 0, self.flags);
+        put_u32(&mut b, 4, self.payload_len);
+        put_u32(&mut b, 8, self.payload_crc);
+        b
+    }
+
+    /// Decodes a chunk header.
+    pub fn decode(b: &[u8; CHUNK_HEADER_SIZE]) -> Result<ChunkHeader, ChunkProblem> {
+        if b.iter().all(|&x| x == 0) {
+            return Err(ChunkProblem::Unused);
+        }
+        if u32_at(b, 0) != CHUNK_MAGIC {
+            return Err(ChunkProblem::Magic);
+        }
+        if crc32fast::hash(&b[4..32]) != u32_at(b, 32) {
+            return Err(ChunkProblem::Checksum);
+        }
+        Ok(ChunkHeader {
+            tid: u32_at(b, 4),
+            seq: u32_at(b, 8),
+            depth: u32_at(b, 12),
+            base_tsc: u64_at(b, 16),
+            base_mono_ns: u64_at(b, 24),
+            flags: u32_at(b, 36),
+            payload_len: u32_at(b, 40),
+            payload_crc: u32_at(b, 44),
+        })
+    }
+}
+
+/// Why a chunk header cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkProblem {
+    /// All zero: the chunk was never started (normal after a crash or at the
+    /// end of a file that was not truncated).
+    Unused,
+    /// The magic is wrong.
+    Magic,
+    /// The header checksum does not match.
+    Checksum,
+}
+
+/// Byte offset of the dynamic (seal) part inside a chunk header.
+pub const CHUNK_SEAL_OFFSET: usize = 36;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_roundtrip_and_checks() {
+        let h = Header {
+            version_major: 1,
+            version_minor: 0,
+            header_size: HEADER_SIZE,
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            flags: HDR_FLAG_TSC_INVARIANT,
+            tsc_hz: 2_000_000_000,
+            start_tsc: 12345,
+            start_mono_ns: 678,
+            start_realtime_ns: 9,
+            pid: 42,
+        };
+        let mut b = h.encode();
+        assert_eq!(Header::check(&b), Ok(()));
+        assert_eq!(Header::decode(&b), h);
+        b[30] ^= 1;
+        assert_eq!(Header::check(&b), Err(HeaderProblem::Checksum));
+        b[0] = b'X';
+        assert_eq!(Header::check(&b), Err(HeaderProblem::Magic));
+    }
+
+    #[test]
+    fn chunk_roundtrip() {
+        let c = ChunkHeader {
+            tid: 7,
+            seq: 3,
+            depth: 2,
+            base_tsc: 99,
+            base_mono_ns: 100,
+            flags: CHUNK_FLAG_SEALED,
+            payload_len: 1000,
+            payload_crc: 0xdead_beef,
+        };
+        let mut b = [0u8; CHUNK_HEADER_SIZE];
+        b[..36].copy_from_slice(&c.encode_static());
+        b[36..48].copy_from_slice(&c.encode_seal());
+        assert_eq!(ChunkHeader::decode(&b), Ok(c));
+        b[5] ^= 0xff;
+        assert_eq!(ChunkHeader::decode(&b), Err(ChunkProblem::Checksum));
+        assert_eq!(
+            ChunkHeader::decode(&[0; CHUNK_HEADER_SIZE]),
+            Err(ChunkProblem::Unused)
+        );
+    }
+
+    #[test]
+    fn final_roundtrip() {
+        assert_eq!(Final::decode(&[0u8; 128]), Ok(None));
+        let f = Final {
+            flags: FINAL_FLAG_CLEAN,
+            end_tsc: 5,
+            end_mono_ns: 6,
+            tsc_hz: 7,
+            chunks: 8,
+            lost_events: 9,
+        };
+        let mut b = f.encode();
+        assert_eq!(Final::decode(&b), Ok(Some(f)));
+        b[9] ^= 1;
+        assert_eq!(Final::decode(&b), Err(HeaderProblem::Checksum));
+    }
+}

@@ -1,0 +1,18 @@
+//! The fntrace trace file format.
+//!
+//! A trace is one file: a 4 KiB header followed by fixed-size chunks. Each
+//! chunk belongs to one thread's stream (or to the metadata stream) and holds
+//! compact events; see `docs/FORMAT.md` for the byte-by-byte specification.
+//!
+//! This crate owns the layout ([`layout`]), the event encoding and the
+//! writer primitives the runtime uses on its hot path ([`event`],
+//! [`varint`]), and a streaming reader ([`reader`]) whose memory is bounded
+//! by one chunk per open stream.
+
+pub mod event;
+pub mod layout;
+pub mod reader;
+pub mod varint;
+
+pub use event::{ModuleInfo, ProcessInfo, Record, SiteInfo};
+pub use reader::{Damage, Ending, Metadata, StreamItem, ThreadReader, Trace, TraceError};

@@ -1,0 +1,633 @@
+//! Streaming reader: opens a trace, checks its header, indexes its chunks,
+//! reads the metadata stream and decodes one thread stream at a time with
+//! memory bounded by one chunk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::event::{Decoder, ModuleInfo, ProcessInfo, Record, SiteInfo};
+use crate::layout::{
+    CHUNK_FLAG_SEALED, CHUNK_HEADER_SIZE, ChunkHeader, ChunkProblem, FINAL_FLAG_CLEAN,
+    FINAL_OFFSET, Final, HEADER_USED, Header, HeaderProblem, META_TID, VERSION_MAJOR,
+};
+
+/// An error that stops a trace from being read at all.
+#[derive(Debug)]
+pub struct TraceError {
+    /// The file.
+    pub path: PathBuf,
+    /// Byte offset of the problem, when it has one.
+    pub offset: Option<u64>,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.offset {
+            Some(o) => write!(f, "{}: byte {}: {}", self.path.display(), o, self.problem),
+            None => write!(f, "{}: {}", self.path.display(), self.problem),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+/// A damaged or missing part of a trace that was skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// File offset where the damage starts.
+    pub offset: u64,
+    /// Bytes of trace data lost (an upper bound when the file was cut).
+    pub lost_bytes: u64,
+    /// Thread whose stream is affected, when known.
+    pub tid: Option<u32>,
+    /// What was found.
+    pub problem: String,
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "byte {}: {}", self.offset, self.problem)?;
+        if let Some(t) = self.tid {
+            write!(f, " (thread {t})")?;
+        }
+        if self.lost_bytes > 0 {
+            write!(f, ", {} bytes lost", self.lost_bytes)?;
+        }
+        Ok(())
+    }
+}
+
+/// One usable chunk of the file.
+#[derive(Debug, Clone)]
+pub struct ChunkEntry {
+    /// File offset of the chunk header.
+    pub offset: u64,
+    /// The decoded header.
+    pub header: ChunkHeader,
+    /// Payload bytes present in the file (less than the chunk's payload
+    /// capacity only when the file was cut inside this chunk).
+    pub available: usize,
+}
+
+impl ChunkEntry {
+    fn sealed(&self) -> bool {
+        self.header.flags & CHUNK_FLAG_SEALED != 0
+    }
+}
+
+/// What the metadata stream says.
+#[derive(Debug, Clone, Default)]
+pub struct Metadata {
+    /// The traced process.
+    pub process: Option<ProcessInfo>,
+    /// Loaded objects, in the order they were recorded.
+    pub modules: Vec<ModuleInfo>,
+    /// Source-instrumented functions by key.
+    pub sites: HashMap<u64, SiteInfo>,
+}
+
+/// An open trace file.
+#[derive(Debug)]
+pub struct Trace {
+    path: PathBuf,
+    file: File,
+    file_len: u64,
+    header: Header,
+    fin: Option<Final>,
+    chunks: Vec<ChunkEntry>,
+    threads: BTreeMap<u32, Vec<usize>>,
+    damage: Vec<Damage>,
+    meta: Metadata,
+    unused_chunks: u64,
+}
+
+/// How the recording ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The runtime finished the trace (process exit or an explicit stop).
+    Clean,
+    /// The process stopped without finishing the trace (crash, kill, or
+    /// still running).
+    Unfinished,
+}
+
+impl Trace {
+    /// Opens and indexes a trace. Fails only when the file cannot be read or
+    /// its header is unusable; damaged chunks are recorded in
+    /// [`Trace::damage`] and skipped.
+    pub fn open(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
+        let path = path.as_ref().to_path_buf();
+        let err = |offset: Option<u64>, problem: String| TraceError {
+            path: path.clone(),
+            offset,
+            problem,
+        };
+        let file = File::open(&path).map_err(|e| err(None, e.to_string()))?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| err(None, e.to_string()))?
+            .len();
+        if file_len < HEADER_USED as u64 {
+            return Err(err(
+                Some(file_len),
+                format!(
+                    "file is {file_len} bytes, too short for a trace header ({HEADER_USED} bytes)"
+                ),
+            ));
+        }
+        let mut hb = [0u8; HEADER_USED];
+        file.read_exact_at(&mut hb, 0)
+            .map_err(|e| err(Some(0), e.to_string()))?;
+        let stat: &[u8; FINAL_OFFSET] = hb[..FINAL_OFFSET].try_into().expect("128 bytes");
+        match Header::check(stat) {
+            Ok(()) => {}
+            Err(HeaderProblem::Magic) => {
+                return Err(err(Some(0), "not an fntrace trace (bad magic)".into()));
+            }
+            Err(HeaderProblem::Checksum) => {
+                return Err(err(
+                    Some(0),
+                    "header is corrupted (checksum of bytes 0..124 does not match)".into(),
+                ));
+            }
+        }
+        let header = Header::decode(stat);
+        if header.version_major != VERSION_MAJOR {
+            return Err(err(
+                Some(8),
+                format!(
+                    "format version {}.{} is not supported (this reader reads {}.x)",
+                    header.version_major, header.version_minor, VERSION_MAJOR
+                ),
+            ));
+        }
+        let chunk_size = header.chunk_size as u64;
+        if header.header_size < HEADER_USED as u32
+            || chunk_size < 2 * CHUNK_HEADER_SIZE as u64
+            || chunk_size > 1 << 30
+        {
+            return Err(err(
+                Some(12),
+                format!(
+                    "implausible header: header size {}, chunk size {}",
+                    header.header_size, header.chunk_size
+                ),
+            ));
+        }
+        let mut damage = vec![];
+        let fin = match Final::decode(&hb[FINAL_OFFSET..]) {
+            Ok(f) => f,
+            Err(p) => {
+                damage.push(Damage {
+                    offset: FINAL_OFFSET as u64,
+                    lost_bytes: 0,
+                    tid: None,
+                    problem: format!(
+                        "final block is damaged ({}); treating the trace as unfinished",
+                        if p == HeaderProblem::Magic { "bad magic" } else { "checksum mismatch" }
+                    ),
+                });
+                None
+            }
+        };
+
+        let mut trace = Trace {
+            path,
+            file,
+            file_len,
+            header,
+            fin,
+            chunks: vec![],
+            threads: BTreeMap::new(),
+            damage,
+            meta: Metadata::default(),
+            unused_chunks: 0,
+        };
+        trace.index_chunks()?;
+        trace.read_metadata();
+        Ok(trace)
+    }
+
+    fn index_chunks(&mut self) -> Result<(), TraceError> {
+        let chunk_size = self.header.chunk_size as u64;
+        let payload_cap = chunk_size - CHUNK_HEADER_SIZE as u64;
+        let mut offset = self.header.header_size as u64;
+        let mut seen: HashMap<(u32, u32), u64> = HashMap::new();
+        while offset < self.file_len {
+            let left = self.file_len - offset;
+            if left < CHUNK_HEADER_SIZE as u64 {
+                self.damage.push(Damage {
+                    offset,
+                    lost_bytes: chunk_size - left,
+                    tid: None,
+                    problem: "file ends inside a chunk header (the file was cut)".into(),
+                });
+                break;
+            }
+            let mut hb = [0u8; CHUNK_HEADER_SIZE];
+            self.file
+                .read_exact_at(&mut hb, offset)
+                .map_err(|e| TraceError {
+                    path: self.path.clone(),
+                    offset: Some(offset),
+                    problem: e.to_string(),
+                })?;
+            match ChunkHeader::decode(&hb) {
+                Ok(h) => {
+                    let available = (left - CHUNK_HEADER_SIZE as u64).min(payload_cap) as usize;
+                    if let Some(prev) = seen.insert((h.tid, h.seq), offset) {
+                        self.damage.push(Damage {
+                            offset,
+                            lost_bytes: chunk_size,
+                            tid: Some(h.tid),
+                            problem: format!(
+                                "chunk {} of thread {} appears twice (first at byte {prev}); second copy ignored",
+                                h.seq, h.tid
+                            ),
+                        });
+                    } else {
+                        self.chunks.push(ChunkEntry {
+                            offset,
+                            header: h,
+                            available,
+                        });
+                    }
+                }
+                Err(ChunkProblem::Unused) => self.unused_chunks += 1,
+                Err(p) => self.damage.push(Damage {
+                    offset,
+                    lost_bytes: chunk_size.min(left),
+                    tid: None,
+                    problem: match p {
+                        ChunkProblem::Magic => "chunk header has a bad magic; chunk skipped".into(),
+                        _ => "chunk header checksum mismatch; chunk skipped".into(),
+                    },
+                }),
+            }
+            offset += chunk_size;
+        }
+        if let Some(f) = &self.fin {
+            let expected = self.header.header_size as u64 + f.chunks * chunk_size;
+            if self.file_len < expected {
+                self.damage.push(Damage {
+                    offset: self.file_len,
+                    lost_bytes: expected - self.file_len,
+                    tid: None,
+                    problem: format!(
+                        "file was cut: it should be {expected} bytes ({} chunks) but is {}",
+                        f.chunks, self.file_len
+                    ),
+                });
+            }
+        }
+        for (i, c) in self.chunks.iter().enumerate() {
+            self.threads.entry(c.header.tid).or_default().push(i);
+        }
+        let chunks = &self.chunks;
+        for list in self.threads.values_mut() {
+            list.sort_by_key(|&i| chunks[i].header.seq);
+        }
+        Ok(())
+    }
+
+    fn read_metadata(&mut self) {
+        let mut meta = Metadata::default();
+        let mut reader = self.stream(META_TID);
+        for rec in reader.by_ref() {
+            match rec {
+                Record::Process(p) => meta.process = Some(p),
+                Record::Module(m) => {
+                    if !meta.modules.contains(&m) {
+                        meta.modules.push(m)
+                    }
+                }
+                Record::Site(s) => {
+                    meta.sites.entry(s.key).or_insert(s);
+                }
+                _ => {}
+            }
+        }
+        let damage = reader.take_damage();
+        self.damage.extend(damage);
+        self.meta = meta;
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size of the file in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// The static header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The final block, when the recording finished cleanly.
+    pub fn final_block(&self) -> Option<&Final> {
+        self.fin.as_ref()
+    }
+
+    /// How the recording ended.
+    pub fn ending(&self) -> Ending {
+        match &self.fin {
+            Some(f) if f.flags & FINAL_FLAG_CLEAN != 0 => Ending::Clean,
+            _ => Ending::Unfinished,
+        }
+    }
+
+    /// Metadata: process, modules, sites.
+    pub fn metadata(&self) -> &Metadata {
+        &self.meta
+    }
+
+    /// Damage found while indexing chunks and reading metadata. Damage
+    /// inside thread streams is reported by each [`ThreadReader`].
+    pub fn damage(&self) -> &[Damage] {
+        &self.damage
+    }
+
+    /// Chunks that were never written (zero headers).
+    pub fn unused_chunks(&self) -> u64 {
+        self.unused_chunks
+    }
+
+    /// Thread ids that have a stream (the metadata stream excluded), sorted.
+    pub fn thread_ids(&self) -> Vec<u32> {
+        self.threads.keys().copied().filter(|&t| t != META_TID).collect()
+    }
+
+    /// The chunks of one thread, in stream order.
+    pub fn thread_chunks(&self, tid: u32) -> impl Iterator<Item = &ChunkEntry> {
+        self.threads
+            .get(&tid)
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.chunks[i])
+    }
+
+    /// The best available TSC frequency (ticks per second): measured over
+    /// the whole recording when it finished cleanly, else estimated from the
+    /// latest chunk's clock pair, else the start-up calibration.
+    pub fn tsc_hz(&self) -> u64 {
+        let h = &self.header;
+        let from_pair = |tsc: u64, mono: u64| -> Option<u64> {
+            let dt = mono.checked_sub(h.start_mono_ns)?;
+            let dc = tsc.checked_sub(h.start_tsc)?;
+            (dt >= 20_000_000).then(|| (dc as u128 * 1_000_000_000 / dt as u128) as u64)
+        };
+        if let Some(f) = &self.fin {
+            if f.tsc_hz != 0 {
+                return f.tsc_hz;
+            }
+        }
+        self.chunks
+            .iter()
+            .max_by_key(|c| c.header.base_mono_ns)
+            .and_then(|c| from_pair(c.header.base_tsc, c.header.base_mono_ns))
+            .filter(|&hz| hz > 0)
+            .unwrap_or(h.tsc_hz.max(1))
+    }
+
+    /// Reads one thread's stream (or the metadata stream, [`META_TID`]).
+    pub fn stream(&self, tid: u32) -> ThreadReader<'_> {
+        let chunks: Vec<&ChunkEntry> = self.thread_chunks(tid).collect();
+        ThreadReader {
+            trace: self,
+            tid,
+            chunks,
+            next_chunk: 0,
+            expected_seq: 0,
+            buf: vec![],
+            batch: vec![],
+            batch_pos: 0,
+            damage: vec![],
+            last_tsc: self.header.start_tsc,
+        }
+    }
+}
+
+/// Iterator over the records of one thread's stream.
+///
+/// Where data is missing (a damaged or absent chunk, or a record that
+/// cannot be decoded) the reader skips to the next good chunk, yields a
+/// [`Gap`](StreamItem::Gap) with the call depth the writer had there, and
+/// notes the damage.
+pub struct ThreadReader<'t> {
+    trace: &'t Trace,
+    tid: u32,
+    chunks: Vec<&'t ChunkEntry>,
+    next_chunk: usize,
+    expected_seq: u32,
+    buf: Vec<u8>,
+    batch: Vec<StreamItem>,
+    batch_pos: usize,
+    damage: Vec<Damage>,
+    last_tsc: u64,
+}
+
+/// An item of a thread stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamItem {
+    /// A record.
+    Record(Record),
+    /// Data was lost here; after the gap the thread's call depth is
+    /// `depth` (entries recorded minus exits recorded).
+    Gap {
+        /// TSC of the last record before the gap.
+        tsc: u64,
+        /// Call depth at the first record after the gap.
+        depth: u32,
+    },
+}
+
+impl ThreadReader<'_> {
+    /// The thread id.
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    /// Damage found so far in this stream.
+    pub fn damage(&self) -> &[Damage] {
+        &self.damage
+    }
+
+    /// Takes the damage found so far.
+    pub fn take_damage(&mut self) -> Vec<Damage> {
+        std::mem::take(&mut self.damage)
+    }
+
+    /// The next item, gaps included.
+    pub fn next_item(&mut self) -> Option<StreamItem> {
+        loop {
+            if self.batch_pos < self.batch.len() {
+                let it = std::mem::replace(
+                    &mut self.batch[self.batch_pos],
+                    StreamItem::Gap { tsc: 0, depth: 0 },
+                );
+                self.batch_pos += 1;
+                return Some(it);
+            }
+            if !self.load_next_chunk() {
+                return None;
+            }
+        }
+    }
+
+    fn gap(&mut self, depth: u32) {
+        self.batch.push(StreamItem::Gap {
+            tsc: self.last_tsc,
+            depth,
+        });
+    }
+
+    fn load_next_chunk(&mut self) -> bool {
+        self.batch.clear();
+        self.batch_pos = 0;
+        let Some(&c) = self.chunks.get(self.next_chunk) else {
+            return false;
+        };
+        self.next_chunk += 1;
+        let h = &c.header;
+        let payload_off = c.offset + CHUNK_HEADER_SIZE as u64;
+        if h.seq != self.expected_seq {
+            self.damage.push(Damage {
+                offset: c.offset,
+                lost_bytes: 0,
+                tid: Some(self.tid),
+                problem: format!(
+                    "chunks {}..{} of the stream are missing",
+                    self.expected_seq, h.seq
+                ),
+            });
+            self.gap(h.depth);
+        }
+        self.expected_seq = h.seq.wrapping_add(1);
+        let cap = self.trace.header.chunk_size as usize - CHUNK_HEADER_SIZE;
+        let mut len = c.available;
+        if c.sealed() {
+            let want = h.payload_len as usize;
+            if want > cap {
+                self.damage.push(Damage {
+                    offset: c.offset,
+                    lost_bytes: cap as u64,
+                    tid: Some(self.tid),
+                    problem: format!("sealed chunk claims {want} payload bytes, more than fit"),
+                });
+                self.gap_after(c);
+                return true;
+            }
+            if want > c.available {
+                self.damage.push(Damage {
+                    offset: payload_off + c.available as u64,
+                    lost_bytes: (want - c.available) as u64,
+                    tid: Some(self.tid),
+                    problem: "file was cut inside this chunk".into(),
+                });
+            } else {
+                len = want;
+            }
+        } else if c.available < cap {
+            self.damage.push(Damage {
+                offset: payload_off + c.available as u64,
+                lost_bytes: (cap - c.available) as u64,
+                tid: Some(self.tid),
+                problem: "file was cut inside an unsealed chunk".into(),
+            });
+        }
+        self.buf.resize(len, 0);
+        if let Err(e) = self.trace.file.read_exact_at(&mut self.buf, payload_off) {
+            self.damage.push(Damage {
+                offset: payload_off,
+                lost_bytes: len as u64,
+                tid: Some(self.tid),
+                problem: format!("read failed: {e}"),
+            });
+            self.gap_after(c);
+            return true;
+        }
+        if c.sealed() && len == h.payload_len as usize && crc32fast::hash(&self.buf) != h.payload_crc {
+            self.damage.push(Damage {
+                offset: payload_off,
+                lost_bytes: len as u64,
+                tid: Some(self.tid),
+                problem: "chunk payload checksum mismatch; chunk skipped".into(),
+            });
+            self.gap_after(c);
+            return true;
+        }
+        let mut dec = Decoder::new(&self.buf, h.base_tsc);
+        loop {
+            match dec.next_record() {
+                Ok(Some(r)) => self.batch.push(StreamItem::Record(r)),
+                Ok(None) => {
+                    if c.sealed() && dec.position() < len {
+                        let at = dec.position();
+                        self.damage.push(Damage {
+                            offset: payload_off + at as u64,
+                            lost_bytes: (len - at) as u64,
+                            tid: Some(self.tid),
+                            problem: "end marker inside a sealed chunk".into(),
+                        });
+                        self.last_tsc = dec.tsc();
+                        self.gap_after(c);
+                        return true;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    self.damage.push(Damage {
+                        offset: payload_off + e.offset as u64,
+                        lost_bytes: (len - e.offset) as u64,
+                        tid: Some(self.tid),
+                        problem: format!("{}; rest of the chunk skipped", e.problem),
+                    });
+                    self.last_tsc = dec.tsc();
+                    self.gap_after(c);
+                    return true;
+                }
+            }
+        }
+        self.last_tsc = dec.tsc();
+        true
+    }
+
+    /// After a chunk whose end was lost: resynchronise with the next chunk
+    /// of the stream, if there is one.
+    fn gap_after(&mut self, c: &ChunkEntry) {
+        match self.chunks.get(self.next_chunk) {
+            Some(n) if n.header.seq == c.header.seq.wrapping_add(1) => {
+                let depth = n.header.depth;
+                self.gap(depth);
+            }
+            // Missing successor: the seq check of the next chunk adds the gap.
+            Some(_) => {}
+            // Nothing follows: the stream simply ends early.
+            None => {}
+        }
+    }
+}
+
+impl Iterator for ThreadReader<'_> {
+    type Item = Record;
+
+    /// Records only; gaps are skipped (use [`ThreadReader::next_item`] to
+    /// see them).
+    fn next(&mut self) -> Option<Record> {
+        loop {
+            match self.next_item()? {
+                StreamItem::Record(r) => return Some(r),
+                StreamItem::Gap { .. } => continue,
+            }
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! fntrace in-process runtime.
+pub mod site;
+mod recorder;
