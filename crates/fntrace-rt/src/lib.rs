@@ -1,3 +1,20 @@
-//! fntrace in-process runtime.
+//! The fntrace in-process runtime: everything that runs inside the traced
+//! process.
+//!
+//! - [`site`]: entry points for `#[instrument_fn]` (site descriptors, the
+//!   entry call and its exit guard, the per-poll future wrapper);
+//! - [`recorder`]: sessions, the `MAP_SHARED` trace file, per-thread
+//!   lock-free chunk buffers and the event hot path;
+//! - [`clock`]: TSC timestamps and their calibration;
+//! - [`procinfo`]: the process description written into the trace (module
+//!   map, command line, thread names).
+//!
+//! Recording starts either through the environment (`FNTRACE_OUTPUT`, what
+//! `fntrace record` sets) or through [`recorder::start`].
+
+pub mod clock;
+pub mod procinfo;
+pub mod recorder;
 pub mod site;
-mod recorder;
+
+pub use recorder::{Options, Summary, finish, flush, is_recording, output_path, start};

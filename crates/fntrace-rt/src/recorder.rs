@@ -1,5 +1,981 @@
-//! placeholder
+//! The recorder: one trace file per session, mapped `MAP_SHARED`, carved
+//! into fixed-size chunks that threads claim with one atomic add and fill
+//! with compact events without locks, allocation or system calls.
+//!
+//! Crash safety: every byte an event writes lands directly in the page
+//! cache of the trace file, so whatever was written before a crash or a
+//! `SIGKILL` is in the file. Short events are written with a single 8-byte
+//! store; longer records write their tail first and their first byte last,
+//! so an interrupted record reads as the end of the stream (the file is
+//! zero-filled). Chunks are sealed (length and CRC) when full, at thread
+//! exit and at finish; unsealed chunks are read up to their first zero byte.
+//!
+//! Ordering of a session's life: [`start`] creates and maps the file,
+//! writes the header and metadata, then publishes the session id in
+//! [`SESSION`]. Threads attach lazily on their first event. [`finish`]
+//! (explicit, or at `exit`) withdraws the id, seals what the finishing
+//! thread owns, writes the final block and truncates the file to the chunks
+//! handed out. Mappings are never unmapped, so a thread still finishing an
+//! event of an old session writes into valid memory.
+
+use std::cell::UnsafeCell;
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, compiler_fence};
+use std::sync::{Mutex, Once};
+
+use fntrace_format::event::{Framed, SliceSink, pack_entry_new, pack_entry_same, pack_exit};
+use fntrace_format::event::{Compact, MAX_COMPACT_LEN, encode_compact};
+use fntrace_format::layout::{
+    CHUNK_FLAG_SEALED, CHUNK_HEADER_SIZE, CHUNK_SEAL_OFFSET, ChunkHeader, DEFAULT_CHUNK_SIZE,
+    FINAL_FLAG_CLEAN, FINAL_OFFSET, Final, HDR_FLAG_TSC_INVARIANT, HEADER_SIZE, Header, META_TID,
+    VERSION_MAJOR, VERSION_MINOR,
+};
+
+use crate::clock;
+use crate::procinfo;
 use crate::site::Site;
-pub(crate) fn is_active() -> bool { false }
-pub(crate) fn record_site_entry(_s: &'static Site, _t: Option<fn() -> &'static str>) -> bool { false }
-pub(crate) fn record_exit() {}
+
+/// Id of the active session; 0 when not recording, [`UNINIT`] before the
+/// environment was looked at.
+static SESSION: AtomicU32 = AtomicU32::new(UNINIT);
+/// `SESSION` before the first look at `FNTRACE_OUTPUT`.
+const UNINIT: u32 = u32::MAX;
+/// The active session (null when none). Sessions are leaked on purpose.
+static CURRENT: AtomicPtr<Session> = AtomicPtr::new(ptr::null_mut());
+/// Serialises start and finish.
+static LIFECYCLE: Mutex<()> = Mutex::new(());
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+static ENV_INIT: Once = Once::new();
+static PROCESS_HOOKS: Once = Once::new();
+
+/// Room kept free at the end of every chunk payload so that any compact
+/// event, and the 8-byte store that writes short ones, always fits.
+const SLACK: usize = MAX_COMPACT_LEN + 8;
+/// The file grows by this much at a time (a multiple of the chunk size).
+const GROW_STEP: usize = 4 << 20;
+/// Default maximum trace size.
+const DEFAULT_MAX_SIZE: u64 = 16 << 30;
+/// Calibration window at start.
+const CALIBRATION_NS: u64 = 2_000_000;
+
+/// How to record.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Output file.
+    pub path: PathBuf,
+    /// Largest file size; events past it are counted as lost.
+    pub max_size: u64,
+    /// Create the file exclusively; if it exists use `PATH.PID` (what
+    /// `fntrace record` asks for, so that child processes that are also
+    /// instrumented write their own files instead of overwriting).
+    pub exclusive: bool,
+}
+
+impl Options {
+    /// Recording into `path` with default limits.
+    pub fn new(path: impl Into<PathBuf>) -> Options {
+        Options {
+            path: path.into(),
+            max_size: DEFAULT_MAX_SIZE,
+            exclusive: false,
+        }
+    }
+}
+
+/// What [`finish`] reports.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// The trace file.
+    pub path: PathBuf,
+    /// Bytes in the file.
+    pub bytes: u64,
+    /// Threads that recorded at least one event.
+    pub threads: u32,
+    /// Events dropped (no space, or reentrant events).
+    pub lost_events: u64,
+}
+
+/// A position inside a chunk being filled.
+struct Cursor {
+    /// Chunk header, null when none.
+    chunk: *mut u8,
+    /// Next byte to write.
+    pos: *mut u8,
+    /// Writes must start at or before this (payload end minus [`SLACK`]).
+    limit: *mut u8,
+    seq: u32,
+    /// TSC of the last timed record (the chunk's base TSC at its start).
+    last_tsc: u64,
+    /// Function of the last entry in this chunk (0 at its start).
+    last_func: u64,
+}
+
+impl Cursor {
+    const EMPTY: Cursor = Cursor {
+        chunk: ptr::null_mut(),
+        pos: ptr::null_mut(),
+        limit: ptr::null_mut(),
+        seq: 0,
+        last_tsc: 0,
+        last_func: 0,
+    };
+
+    /// Delta from the last timed record to now, advancing the timeline.
+    #[inline(always)]
+    fn delta_now(&mut self) -> u64 {
+        let d = clock::tsc().saturating_sub(self.last_tsc);
+        self.last_tsc += d;
+        d
+    }
+
+    fn payload(&self) -> *mut u8 {
+        self.chunk.wrapping_add(CHUNK_HEADER_SIZE)
+    }
+}
+
+struct Session {
+    id: u32,
+    path: PathBuf,
+    fd: libc::c_int,
+    base: *mut u8,
+    reserved: usize,
+    chunk_size: usize,
+    max_chunks: u64,
+    /// Bytes of the file that exist and are mapped.
+    mapped: AtomicUsize,
+    next_chunk: AtomicU64,
+    grow_lock: Mutex<()>,
+    finished: AtomicBool,
+    lost: AtomicU64,
+    threads: AtomicU32,
+    header: Header,
+    meta: Mutex<Cursor>,
+}
+
+// SAFETY: the raw pointers in `Session` point into a mapping that lives as
+// long as the process; shared mutable state is atomic or behind a Mutex.
+unsafe impl Sync for Session {}
+// SAFETY: as above; nothing in `Session` is tied to the creating thread.
+unsafe impl Send for Session {}
+// SAFETY: a Cursor is only used under the `meta` Mutex or by its thread.
+unsafe impl Send for Cursor {}
+
+/// Per-thread recorder state. Constant-initialised and without `Drop`, so
+/// access is a plain TLS offset; thread exit is observed through
+/// [`ExitHook`].
+struct ThreadState {
+    /// Session this state writes to (0 = none).
+    session: u32,
+    /// Inside the recorder (reentrancy guard: a signal handler or a hook
+    /// that runs instrumented code while an event is being written).
+    busy: bool,
+    /// The thread's TLS destructors ran; record nothing more.
+    dead: bool,
+    /// The session ran out of space for this thread.
+    full: bool,
+    cur: Cursor,
+    depth: u32,
+    tid: u32,
+    /// Events dropped and not yet reported in a `Lost` record.
+    lost: u64,
+    session_ptr: *const Session,
+}
+
+thread_local! {
+    static STATE: UnsafeCell<ThreadState> = const {
+        UnsafeCell::new(ThreadState {
+            session: 0,
+            busy: false,
+            dead: false,
+            full: false,
+            cur: Cursor::EMPTY,
+            depth: 0,
+            tid: 0,
+            lost: 0,
+            session_ptr: ptr::null(),
+        })
+    };
+    static EXIT_HOOK: ExitHook = const { ExitHook };
+}
+
+/// Its destructor runs when the thread exits and closes the thread's stream.
+struct ExitHook;
+
+impl Drop for ExitHook {
+    fn drop(&mut self) {
+        with_state(|t| {
+            if t.busy {
+                return;
+            }
+            t.busy = true;
+            if let Some(s) = attached(t) {
+                close_thread(s, t, true);
+            }
+            t.dead = true;
+            t.busy = false;
+        });
+    }
+}
+
+#[inline(always)]
+fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> R {
+    STATE.with(|c| {
+        // SAFETY: the state is only touched by its own thread. Reentrant
+        // use (a signal handler interrupting the recorder) is excluded by
+        // the `busy` flag, which every path checks before changing anything
+        // else and which is only set and cleared by the code that owns the
+        // state at that moment.
+        f(unsafe { &mut *c.get() })
+    })
+}
+
+/// The session `t` is attached to, if it is still the current one.
+fn attached(t: &ThreadState) -> Option<&'static Session> {
+    if t.session != 0 && t.session == SESSION.load(Ordering::Acquire) {
+        // SAFETY: sessions are leaked, so the pointer stays valid forever.
+        Some(unsafe { &*t.session_ptr })
+    } else {
+        None
+    }
+}
+
+/// Whether events may be recorded: true while a session is active and
+/// before the environment has been checked.
+#[inline(always)]
+pub(crate) fn is_active() -> bool {
+    SESSION.load(Ordering::Relaxed) != 0
+}
+
+/// Whether a session is active (after looking at the environment).
+pub fn is_recording() -> bool {
+    init_from_env();
+    SESSION.load(Ordering::Acquire) != 0
+}
+
+/// The active session's output file.
+pub fn output_path() -> Option<PathBuf> {
+    init_from_env();
+    let p = CURRENT.load(Ordering::Acquire);
+    // SAFETY: sessions are leaked; a non-null pointer stays valid.
+    (!p.is_null() && SESSION.load(Ordering::Acquire) != 0).then(|| unsafe { (*p).path.clone() })
+}
+
+// ---------------------------------------------------------------------------
+// Hot path.
+
+/// Writes a compact event already packed into `w` (`n` bytes).
+///
+/// # Safety
+/// `t.cur.pos` must be at or before `t.cur.limit` of a live chunk.
+#[inline(always)]
+unsafe fn put_word(t: &mut ThreadState, w: u64, n: u32) {
+    // SAFETY: by the caller's contract at least SLACK (> 8) bytes follow
+    // `pos` inside the mapped chunk. One unaligned 8-byte store writes the
+    // whole event; the bytes past the event are zero before and after.
+    unsafe {
+        (t.cur.pos as *mut u64).write_unaligned(w.to_le());
+        t.cur.pos = t.cur.pos.add(n as usize);
+    }
+}
+
+/// Writes a compact event that does not fit in 8 bytes: everything but the
+/// first byte, then the first byte.
+///
+/// # Safety
+/// As for [`put_word`].
+#[cold]
+unsafe fn put_long(t: &mut ThreadState, ev: Compact) {
+    let mut buf = [0u8; MAX_COMPACT_LEN];
+    let n = encode_compact(ev, &mut buf);
+    // SAFETY: n <= MAX_COMPACT_LEN < SLACK bytes are free after `pos`.
+    unsafe {
+        ptr::copy_nonoverlapping(buf.as_ptr().add(1), t.cur.pos.add(1), n - 1);
+        compiler_fence(Ordering::Release);
+        t.cur.pos.write(buf[0]);
+        t.cur.pos = t.cur.pos.add(n);
+    }
+}
+
+/// Records the entry of a source-instrumented function; returns whether the
+/// entry was recorded (then the exit must be recorded too).
+#[inline]
+pub(crate) fn record_site_entry(site: &'static Site, self_type: Option<fn() -> &'static str>) -> bool {
+    with_state(|t| {
+        let sid = SESSION.load(Ordering::Relaxed);
+        if t.session != sid || t.busy {
+            return entry_slow(t, site, self_type);
+        }
+        t.busy = true;
+        compiler_fence(Ordering::SeqCst);
+        if site.registered.load(Ordering::Relaxed) != sid {
+            register_site(t, site, self_type, sid);
+        }
+        record_entry_inner(t, site.key());
+        compiler_fence(Ordering::SeqCst);
+        t.busy = false;
+        true
+    })
+}
+
+#[inline(always)]
+fn record_entry_inner(t: &mut ThreadState, func: u64) {
+    let d = t.cur.delta_now();
+    let prev = t.cur.last_func;
+    let packed = if func == prev {
+        pack_entry_same(d)
+    } else {
+        pack_entry_new(d, func, prev)
+    };
+    // SAFETY: an attached thread always has `pos <= limit` between events
+    // (chunk switches happen right after the write that crosses `limit`).
+    unsafe {
+        match packed {
+            Some((w, n)) => put_word(t, w, n),
+            None => put_long(t, Compact::Entry { d, func, prev }),
+        }
+    }
+    t.cur.last_func = func;
+    t.depth += 1;
+    if t.cur.pos > t.cur.limit {
+        next_chunk(t);
+    }
+}
+
+/// Records the exit of the innermost recorded call.
+#[inline]
+pub(crate) fn record_exit() {
+    with_state(|t| {
+        let sid = SESSION.load(Ordering::Relaxed);
+        if t.session != sid || t.busy || t.depth == 0 {
+            return;
+        }
+        t.busy = true;
+        compiler_fence(Ordering::SeqCst);
+        let d = t.cur.delta_now();
+        // SAFETY: as in `record_entry_inner`.
+        unsafe {
+            match pack_exit(d) {
+                Some((w, n)) => put_word(t, w, n),
+                None => put_long(t, Compact::Exit { d }),
+            }
+        }
+        t.depth -= 1;
+        if t.cur.pos > t.cur.limit {
+            next_chunk(t);
+        }
+        compiler_fence(Ordering::SeqCst);
+        t.busy = false;
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Slow paths.
+
+#[cold]
+#[inline(never)]
+fn entry_slow(t: &mut ThreadState, site: &'static Site, self_type: Option<fn() -> &'static str>) -> bool {
+    if t.busy {
+        t.lost += 1;
+        return false;
+    }
+    if SESSION.load(Ordering::Acquire) == UNINIT {
+        init_from_env();
+    }
+    let sid = SESSION.load(Ordering::Acquire);
+    if sid == 0 || t.dead {
+        return false;
+    }
+    if t.session != sid {
+        t.busy = true;
+        let ok = attach(t, sid);
+        t.busy = false;
+        if !ok {
+            return false;
+        }
+    }
+    record_site_entry(site, self_type)
+}
+
+/// Attaches the calling thread to session `sid`: claims its first chunk
+/// and writes the thread-start record.
+fn attach(t: &mut ThreadState, sid: u32) -> bool {
+    let p = CURRENT.load(Ordering::Acquire);
+    if p.is_null() {
+        return false;
+    }
+    // SAFETY: sessions are leaked; `CURRENT` is published after the session
+    // is fully initialised.
+    let s: &'static Session = unsafe { &*p };
+    if s.id != sid {
+        return false;
+    }
+    if t.full && ptr::eq(t.session_ptr, s) {
+        t.lost += 1;
+        s.lost.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    t.tid = procinfo::gettid();
+    t.cur = Cursor::EMPTY;
+    t.depth = 0;
+    t.full = false;
+    t.lost = 0;
+    t.session_ptr = s;
+    if !claim_chunk(s, &mut t.cur, t.tid, 0) {
+        t.full = true;
+        s.lost.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    let mut nb = [0u8; 16];
+    let name = procinfo::thread_name(&mut nb);
+    write_framed(s, &mut t.cur, t.tid, 0, true, |d| Framed::ThreadStart { d, name });
+    s.threads.fetch_add(1, Ordering::Relaxed);
+    t.session = sid;
+    // Make sure the thread's exit is seen.
+    EXIT_HOOK.with(|_| {});
+    true
+}
+
+/// Moves a thread to a fresh chunk after sealing the full one.
+#[cold]
+#[inline(never)]
+fn next_chunk(t: &mut ThreadState) {
+    // SAFETY: only called by an attached thread.
+    let s = unsafe { &*t.session_ptr };
+    seal(&t.cur);
+    if !claim_chunk(s, &mut t.cur, t.tid, t.depth) {
+        // Out of space: detach; later events of this thread count as lost.
+        t.full = true;
+        t.session = 0;
+        return;
+    }
+    flush_lost(s, t);
+}
+
+/// Reports events dropped so far in a `Lost` record.
+fn flush_lost(s: &Session, t: &mut ThreadState) {
+    if t.lost > 0 {
+        let count = std::mem::take(&mut t.lost);
+        s.lost.fetch_add(count, Ordering::Relaxed);
+        write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| Framed::Lost { d, count });
+    }
+}
+
+/// Writes the thread's exit record (if `exiting`) and seals its chunk.
+fn close_thread(s: &Session, t: &mut ThreadState, exiting: bool) {
+    if t.cur.chunk.is_null() {
+        return;
+    }
+    flush_lost(s, t);
+    if exiting {
+        let mut nb = [0u8; 16];
+        let name = procinfo::thread_name(&mut nb);
+        write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| Framed::ThreadExit { d, name });
+    }
+    seal(&t.cur);
+    t.session = 0;
+}
+
+/// Writes the framed record `make(delta)` at the cursor (delta 0 unless
+/// `timed`), moving to a new chunk first when it does not fit before the
+/// cursor's limit. Records larger than a chunk are dropped.
+fn write_framed<'a>(
+    s: &Session,
+    cur: &mut Cursor,
+    tid: u32,
+    depth: u32,
+    timed: bool,
+    make: impl Fn(u64) -> Framed<'a>,
+) -> bool {
+    if cur.chunk.is_null() {
+        return false;
+    }
+    let max_len = make(u64::MAX).framed_len();
+    if max_len + SLACK > s.chunk_size - CHUNK_HEADER_SIZE {
+        return false;
+    }
+    if cur.pos as usize + max_len > cur.limit as usize {
+        seal(cur);
+        if !claim_chunk(s, cur, tid, depth) {
+            return false;
+        }
+    }
+    let rec = make(if timed { cur.delta_now() } else { 0 });
+    let len = rec.framed_len();
+    // SAFETY: `len <= max_len` bytes fit before the cursor's limit (checked
+    // above), inside the mapped chunk; the body goes in first and the tag
+    // byte last, so an interrupted record reads as the end of the stream.
+    unsafe {
+        let body = core::slice::from_raw_parts_mut(cur.pos.add(1), len - 1);
+        let mut sink = SliceSink { buf: body, pos: 0 };
+        rec.write_body(&mut sink);
+        compiler_fence(Ordering::Release);
+        cur.pos.write(rec.first_byte());
+        cur.pos = cur.pos.add(len);
+    }
+    true
+}
+
+/// Claims a new chunk for stream `tid` (the cursor's next one) and writes
+/// its header; the cursor's timeline restarts at the chunk's base TSC.
+fn claim_chunk(s: &Session, cur: &mut Cursor, tid: u32, depth: u32) -> bool {
+    if s.finished.load(Ordering::Acquire) {
+        return false;
+    }
+    let idx = s.next_chunk.fetch_add(1, Ordering::Relaxed);
+    if idx >= s.max_chunks {
+        return false;
+    }
+    let end = HEADER_SIZE as usize + (idx as usize + 1) * s.chunk_size;
+    if end > s.mapped.load(Ordering::Acquire) && !grow(s, end) {
+        return false;
+    }
+    let chunk = s.base.wrapping_add(HEADER_SIZE as usize + idx as usize * s.chunk_size);
+    let (base_tsc, base_mono_ns) = (clock::tsc(), clock::monotonic_ns());
+    let seq = if cur.chunk.is_null() { 0 } else { cur.seq + 1 };
+    let h = ChunkHeader {
+        tid,
+        seq,
+        depth,
+        base_tsc,
+        base_mono_ns,
+        ..ChunkHeader::default()
+    };
+    let bytes = h.encode_static();
+    // SAFETY: the chunk lies inside the mapped, file-backed part of the
+    // reservation (checked against `mapped` above) and was handed to this
+    // caller alone by the atomic `next_chunk`. The magic (bytes 0..4) is
+    // written last so a half-written header reads as unused.
+    unsafe {
+        ptr::copy_nonoverlapping(bytes.as_ptr().add(4), chunk.add(4), bytes.len() - 4);
+        compiler_fence(Ordering::Release);
+        ptr::copy_nonoverlapping(bytes.as_ptr(), chunk, 4);
+    }
+    *cur = Cursor {
+        chunk,
+        pos: chunk.wrapping_add(CHUNK_HEADER_SIZE),
+        limit: chunk.wrapping_add(s.chunk_size - SLACK),
+        seq,
+        last_tsc: base_tsc,
+        last_func: 0,
+    };
+    true
+}
+
+/// Makes at least `end` bytes of the file exist and be mapped.
+fn grow(s: &Session, end: usize) -> bool {
+    let _g = s.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mapped = s.mapped.load(Ordering::Acquire);
+    if end <= mapped {
+        return true;
+    }
+    if s.finished.load(Ordering::Acquire) {
+        return false;
+    }
+    let new_len = (end.max(mapped + GROW_STEP)).min(s.reserved);
+    if new_len < end {
+        return false;
+    }
+    // SAFETY: plain system calls on our own descriptor; the mapping goes
+    // exactly over the reserved, not yet file-backed range
+    // [base+mapped, base+new_len), which no one else uses.
+    unsafe {
+        // Reserve disk blocks first: a store into a hole of a full disk
+        // would be SIGBUS, an error here is just "no space".
+        let r = libc::fallocate(s.fd, 0, mapped as i64, (new_len - mapped) as i64);
+        if r != 0 {
+            let e = io::Error::last_os_error().raw_os_error();
+            if e != Some(libc::EOPNOTSUPP) || libc::ftruncate(s.fd, new_len as i64) != 0 {
+                return false;
+            }
+        }
+        let p = libc::mmap(
+            s.base.add(mapped) as *mut libc::c_void,
+            new_len - mapped,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            s.fd,
+            mapped as i64,
+        );
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+    }
+    s.mapped.store(new_len, Ordering::Release);
+    true
+}
+
+/// Seals a chunk: payload length, CRC, then the sealed flag.
+fn seal(cur: &Cursor) {
+    if cur.chunk.is_null() {
+        return;
+    }
+    let len = cur.pos as usize - cur.payload() as usize;
+    // SAFETY: the payload [payload, pos) was written by the owner of this
+    // cursor, which is the caller; the seal fields lie in the chunk header.
+    unsafe {
+        let payload = core::slice::from_raw_parts(cur.payload(), len);
+        let crc = crc32fast::hash(payload);
+        let h = ChunkHeader {
+            flags: CHUNK_FLAG_SEALED,
+            payload_len: len as u32,
+            payload_crc: crc,
+            ..ChunkHeader::default()
+        };
+        let b = h.encode_seal();
+        let at = cur.chunk.add(CHUNK_SEAL_OFFSET);
+        ptr::copy_nonoverlapping(b.as_ptr().add(4), at.add(4), 8);
+        compiler_fence(Ordering::Release);
+        ptr::copy_nonoverlapping(b.as_ptr(), at, 4);
+    }
+}
+
+/// Writes the description of a site to the metadata stream, once per
+/// session.
+#[cold]
+#[inline(never)]
+fn register_site(t: &ThreadState, site: &'static Site, self_type: Option<fn() -> &'static str>, sid: u32) {
+    let old = site.registered.load(Ordering::Relaxed);
+    if site
+        .registered
+        .compare_exchange(old, sid, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // SAFETY: only called by an attached thread.
+    let s = unsafe { &*t.session_ptr };
+    let prefix = self_type.map(|f| f()).unwrap_or("");
+    write_meta(
+        s,
+        &Framed::Site {
+            key: site.key(),
+            prefix: prefix.as_bytes(),
+            name: site.name.as_bytes(),
+            file: site.file.as_bytes(),
+            line: u64::from(site.line),
+        },
+    );
+}
+
+fn write_meta(s: &Session, rec: &Framed<'_>) {
+    let mut m = s.meta.lock().unwrap_or_else(|e| e.into_inner());
+    if m.chunk.is_null() && !claim_chunk(s, &mut m, META_TID, 0) {
+        return;
+    }
+    write_framed(s, &mut m, META_TID, 0, false, |_| *rec);
+}
+
+// ---------------------------------------------------------------------------
+// Session life cycle.
+
+/// Starts recording into a new trace file. Fails if a session is already
+/// active or the file cannot be created and mapped.
+pub fn start(opts: &Options) -> io::Result<PathBuf> {
+    // Looking at the environment later must not start a second session.
+    ENV_INIT.call_once(|| {
+        let _ = SESSION.compare_exchange(UNINIT, 0, Ordering::AcqRel, Ordering::Acquire);
+    });
+    let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    start_locked(opts)
+}
+
+/// Creates, describes and publishes a session; the caller holds
+/// `LIFECYCLE`.
+fn start_locked(opts: &Options) -> io::Result<PathBuf> {
+    let cur = SESSION.load(Ordering::Acquire);
+    if cur != 0 && cur != UNINIT {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "fntrace: a recording is already active",
+        ));
+    }
+    let s: &'static Session = Box::leak(Box::new(create_session(opts)?));
+    write_process_metadata(s);
+    install_process_hooks();
+    CURRENT.store(s as *const Session as *mut Session, Ordering::Release);
+    SESSION.store(s.id, Ordering::Release);
+    Ok(s.path.clone())
+}
+
+fn open_trace(path: &Path, exclusive: bool) -> io::Result<(libc::c_int, PathBuf)> {
+    let open = |p: &Path, excl: bool| -> io::Result<libc::c_int> {
+        let c = CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | if excl { libc::O_EXCL } else { libc::O_TRUNC };
+        // SAFETY: `c` is a valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644) };
+        if fd < 0 { Err(io::Error::last_os_error()) } else { Ok(fd) }
+    };
+    if !exclusive {
+        return open(path, false).map(|fd| (fd, path.to_path_buf()));
+    }
+    match open(path, true) {
+        Ok(fd) => Ok((fd, path.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let mut p = path.as_os_str().to_owned();
+            p.push(format!(".{}", std::process::id()));
+            let p = PathBuf::from(p);
+            open(&p, false).map(|fd| (fd, p))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn create_session(opts: &Options) -> io::Result<Session> {
+    let with_path = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", opts.path.display()));
+    let (fd, path) = open_trace(&opts.path, opts.exclusive).map_err(with_path)?;
+    let chunk_size = DEFAULT_CHUNK_SIZE as usize;
+    let max = opts.max_size.max(HEADER_SIZE as u64 + 2 * chunk_size as u64);
+    let max_chunks = (max - HEADER_SIZE as u64) / chunk_size as u64;
+    let reserved = HEADER_SIZE as usize + max_chunks as usize * chunk_size;
+    // SAFETY: an anonymous PROT_NONE reservation; nothing else refers to it.
+    let base = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            reserved,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        let e = io::Error::last_os_error();
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        return Err(with_path(e));
+    }
+    let tsc_hz = clock::calibrate(CALIBRATION_NS);
+    let (start_tsc, start_mono_ns) = clock::clock_pair();
+    let header = Header {
+        version_major: VERSION_MAJOR,
+        version_minor: VERSION_MINOR,
+        header_size: HEADER_SIZE,
+        chunk_size: chunk_size as u32,
+        flags: if clock::tsc_invariant() { HDR_FLAG_TSC_INVARIANT } else { 0 },
+        tsc_hz,
+        start_tsc,
+        start_mono_ns,
+        start_realtime_ns: clock::realtime_ns(),
+        pid: std::process::id(),
+    };
+    let s = Session {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        path,
+        fd,
+        base: base as *mut u8,
+        reserved,
+        chunk_size,
+        max_chunks,
+        mapped: AtomicUsize::new(0),
+        next_chunk: AtomicU64::new(0),
+        grow_lock: Mutex::new(()),
+        finished: AtomicBool::new(false),
+        lost: AtomicU64::new(0),
+        threads: AtomicU32::new(0),
+        header,
+        meta: Mutex::new(Cursor::EMPTY),
+    };
+    if !grow(&s, HEADER_SIZE as usize) {
+        let e = io::Error::last_os_error();
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        return Err(with_path(e));
+    }
+    let hb = s.header.encode();
+    // SAFETY: the header page is mapped and file-backed (grow above).
+    unsafe { ptr::copy_nonoverlapping(hb.as_ptr(), s.base, hb.len()) };
+    Ok(s)
+}
+
+fn write_process_metadata(s: &Session) {
+    let exe = procinfo::exe_path();
+    let cmdline = procinfo::cmdline(16 << 10);
+    // SAFETY: getppid cannot fail.
+    let ppid = unsafe { libc::getppid() } as u64;
+    write_meta(
+        s,
+        &Framed::Process {
+            pid: u64::from(std::process::id()),
+            ppid,
+            exe: &exe,
+            cmdline: &cmdline,
+        },
+    );
+    write_modules(s);
+}
+
+fn write_modules(s: &Session) {
+    procinfo::for_each_module(|m| {
+        write_meta(
+            s,
+            &Framed::Module {
+                bias: m.bias,
+                start: m.start,
+                size: m.size,
+                build_id: m.build_id,
+                path: m.path,
+            },
+        );
+    });
+}
+
+/// Finishes the active session: closes the calling thread's stream, writes
+/// the final block and truncates the file. Other threads stop recording at
+/// their next event; their last chunks stay unsealed (readers handle that).
+pub fn finish() -> Option<Summary> {
+    finish_session(false)
+}
+
+fn finish_session(process_exit: bool) -> Option<Summary> {
+    let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    let p = CURRENT.load(Ordering::Acquire);
+    let sid = SESSION.load(Ordering::Acquire);
+    if p.is_null() || sid == 0 || sid == UNINIT {
+        return None;
+    }
+    // SAFETY: sessions are leaked.
+    let s: &'static Session = unsafe { &*p };
+    // Modules loaded since the start (dlopen) become known too.
+    write_modules(s);
+    with_state(|t| {
+        if !t.busy && t.session == sid {
+            t.busy = true;
+            close_thread(s, t, process_exit);
+            t.busy = false;
+        }
+    });
+    SESSION.store(0, Ordering::Release);
+    {
+        let m = s.meta.lock().unwrap_or_else(|e| e.into_inner());
+        seal(&m);
+    }
+    let (end_tsc, end_mono_ns) = clock::clock_pair();
+    let h = &s.header;
+    let measured = clock::hz_between((h.start_tsc, h.start_mono_ns), (end_tsc, end_mono_ns))
+        .filter(|_| end_mono_ns - h.start_mono_ns >= 50_000_000);
+    let chunks = {
+        let _g = s.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
+        s.finished.store(true, Ordering::Release);
+        s.next_chunk.load(Ordering::Acquire).min(s.max_chunks)
+    };
+    let fin = Final {
+        flags: FINAL_FLAG_CLEAN,
+        end_tsc,
+        end_mono_ns,
+        tsc_hz: measured.unwrap_or(h.tsc_hz),
+        chunks,
+        lost_events: s.lost.load(Ordering::Relaxed),
+    };
+    let fb = fin.encode();
+    let len = HEADER_SIZE as u64 + chunks * s.chunk_size as u64;
+    // SAFETY: the header page is mapped; truncating to the chunks handed
+    // out keeps every page a thread may still write to inside the file.
+    unsafe {
+        ptr::copy_nonoverlapping(fb.as_ptr(), s.base.add(FINAL_OFFSET), fb.len());
+        libc::ftruncate(s.fd, len as i64);
+        libc::close(s.fd);
+    }
+    Some(Summary {
+        path: s.path.clone(),
+        bytes: len,
+        threads: s.threads.load(Ordering::Relaxed),
+        lost_events: fin.lost_events,
+    })
+}
+
+/// Forces what was recorded so far to stable storage (`msync`). Not
+/// needed for crash safety against process death (the page cache already
+/// holds every event), only against a machine crash.
+pub fn flush() -> io::Result<()> {
+    let p = CURRENT.load(Ordering::Acquire);
+    if p.is_null() || SESSION.load(Ordering::Acquire) == 0 {
+        return Ok(());
+    }
+    // SAFETY: sessions are leaked; the range is mapped.
+    let r = unsafe {
+        let s = &*p;
+        libc::msync(s.base as *mut libc::c_void, s.mapped.load(Ordering::Acquire), libc::MS_SYNC)
+    };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+extern "C" fn at_exit() {
+    finish_session(true);
+}
+
+extern "C" fn after_fork_child() {
+    // The child shares the parent's MAP_SHARED mapping: it must never write
+    // to it. It records nothing unless it starts a session of its own.
+    SESSION.store(0, Ordering::Release);
+    CURRENT.store(ptr::null_mut(), Ordering::Release);
+}
+
+fn install_process_hooks() {
+    PROCESS_HOOKS.call_once(|| {
+        // SAFETY: registering plain `extern "C"` functions without state.
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+        }
+    });
+}
+
+/// Environment variable naming the output file; setting it makes any
+/// instrumented program record from its first instrumented call.
+pub const ENV_OUTPUT: &str = "FNTRACE_OUTPUT";
+/// Environment variable with the maximum trace size (bytes, or with a
+/// `K`, `M` or `G` suffix).
+pub const ENV_MAX_SIZE: &str = "FNTRACE_MAX_SIZE";
+/// Set by `fntrace record`: create the output exclusively (children that
+/// are instrumented too write `PATH.PID`).
+pub const ENV_EXCLUSIVE: &str = "FNTRACE_EXCLUSIVE";
+
+/// Parses a size such as `512M`.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Starts a session if `FNTRACE_OUTPUT` is set (once per process).
+pub(crate) fn init_from_env() {
+    ENV_INIT.call_once(|| {
+        let Some(path) = std::env::var_os(ENV_OUTPUT).filter(|p| !p.is_empty()) else {
+            let _ = SESSION.compare_exchange(UNINIT, 0, Ordering::AcqRel, Ordering::Acquire);
+            return;
+        };
+        let mut opts = Options::new(PathBuf::from(path));
+        if let Some(m) = std::env::var(ENV_MAX_SIZE).ok().and_then(|v| parse_size(&v)) {
+            opts.max_size = m;
+        }
+        opts.exclusive = std::env::var_os(ENV_EXCLUSIVE).is_some_and(|v| v == "1");
+        let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = start_locked(&opts) {
+            eprintln!("fntrace: cannot record: {e}");
+            SESSION.store(0, Ordering::Release);
+        }
+    });
+}
+
+/// Runs at program start (before `main`) so that recording requested
+/// through the environment starts with the process, not at the first
+/// instrumented call. The first instrumented call does the same if this
+/// constructor was not linked in.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT_FROM_ENV: extern "C" fn() = {
+    extern "C" fn init() {
+        init_from_env();
+    }
+    init
+};

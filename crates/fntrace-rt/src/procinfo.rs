@@ -1,0 +1,198 @@
+//! What the trace needs to know about the process: its loaded ELF objects
+//! (path, build id, load bias, extent) from `dl_iterate_phdr`, its command
+//! line, and thread ids and names. Used at session start and thread attach,
+//! never on the event hot path.
+
+use std::ffi::CStr;
+
+/// One loaded object, as [`for_each_module`] reports it.
+pub struct LoadedModule<'a> {
+    /// Load bias.
+    pub bias: u64,
+    /// Lowest mapped address of its PT_LOAD segments.
+    pub start: u64,
+    /// Bytes up to the end of the highest PT_LOAD segment.
+    pub size: u64,
+    /// GNU build id, possibly empty.
+    pub build_id: &'a [u8],
+    /// Path (the main executable's is read from `/proc/self/exe`).
+    pub path: &'a [u8],
+}
+
+const NT_GNU_BUILD_ID: u32 = 3;
+
+/// Finds the GNU build id in a PT_NOTE segment of `len` bytes at `addr`.
+///
+/// # Safety
+/// `addr..addr+len` must be a mapped, readable note segment of a loaded
+/// object.
+unsafe fn build_id_in_note(addr: usize, len: usize) -> Option<&'static [u8]> {
+    let mut off = 0usize;
+    while off + 12 <= len {
+        // SAFETY: `off + 12 <= len`, so the 12-byte note header is inside the
+        // segment the caller vouched for; reads are unaligned-safe.
+        let (namesz, descsz, ntype) = unsafe {
+            let p = (addr + off) as *const u32;
+            (
+                p.read_unaligned() as usize,
+                p.add(1).read_unaligned() as usize,
+                p.add(2).read_unaligned(),
+            )
+        };
+        let name_off = off + 12;
+        let desc_off = name_off + namesz.div_ceil(4) * 4;
+        let next = desc_off + descsz.div_ceil(4) * 4;
+        if next > len {
+            return None;
+        }
+        if ntype == NT_GNU_BUILD_ID && namesz == 4 {
+            // SAFETY: name and descriptor lie inside the segment (checked
+            // against `len` above); loaded segments stay mapped while the
+            // object is loaded, which outlives this call.
+            let (name, desc) = unsafe {
+                (
+                    core::slice::from_raw_parts((addr + name_off) as *const u8, 4),
+                    core::slice::from_raw_parts((addr + desc_off) as *const u8, descsz),
+                )
+            };
+            if name == b"GNU\0" {
+                return Some(desc);
+            }
+        }
+        off = next;
+    }
+    None
+}
+
+/// Calls `f` for every object loaded in the process, the main executable
+/// first.
+pub fn for_each_module(mut f: impl FnMut(&LoadedModule<'_>)) {
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.into_os_string().into_encoded_bytes())
+        .unwrap_or_default();
+    struct Ctx<'a> {
+        exe: &'a [u8],
+        f: &'a mut dyn FnMut(&LoadedModule<'_>),
+    }
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `Ctx` passed to dl_iterate_phdr below, alive
+        // for the whole iteration; `info` is valid for this callback.
+        let (ctx, info) = unsafe { (&mut *(data as *mut Ctx<'_>), &*info) };
+        let bias = info.dlpi_addr;
+        let mut lo = u64::MAX;
+        let mut hi = 0u64;
+        let mut build_id: &[u8] = &[];
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: the loader guarantees `dlpi_phdr` points at
+            // `dlpi_phnum` program headers.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            match ph.p_type {
+                libc::PT_LOAD => {
+                    lo = lo.min(bias + ph.p_vaddr);
+                    hi = hi.max(bias + ph.p_vaddr + ph.p_memsz);
+                }
+                libc::PT_NOTE if build_id.is_empty() => {
+                    // SAFETY: PT_NOTE segments of a loaded object are mapped
+                    // readable at bias + p_vaddr for p_memsz bytes.
+                    if let Some(id) = unsafe {
+                        build_id_in_note((bias + ph.p_vaddr) as usize, ph.p_memsz as usize)
+                    } {
+                        build_id = id;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if lo >= hi {
+            return 0;
+        }
+        let name: &[u8] = if info.dlpi_name.is_null() {
+            b""
+        } else {
+            // SAFETY: a non-null `dlpi_name` is a NUL-terminated string.
+            unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes()
+        };
+        // The main program has an empty name; the vDSO is named
+        // "linux-vdso.so.1" and has no file.
+        let path = if name.is_empty() { ctx.exe } else { name };
+        if path.is_empty() {
+            return 0;
+        }
+        (ctx.f)(&LoadedModule {
+            bias,
+            start: lo,
+            size: hi - lo,
+            build_id,
+            path,
+        });
+        0
+    }
+    let mut ctx = Ctx { exe: &exe, f: &mut f };
+    // SAFETY: `cb` matches the callback type and only dereferences `ctx`,
+    // which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(cb), &mut ctx as *mut Ctx<'_> as *mut libc::c_void) };
+}
+
+/// The kernel thread id of the calling thread.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// The calling thread's name (at most 15 bytes, from `prctl(PR_GET_NAME)`).
+pub fn thread_name(buf: &mut [u8; 16]) -> &[u8] {
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into `buf`.
+    let r = unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr() as libc::c_ulong, 0, 0, 0) };
+    if r != 0 {
+        return &[];
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    &buf[..n]
+}
+
+/// The raw `/proc/self/cmdline` (NUL-separated arguments), capped at `max`
+/// bytes.
+pub fn cmdline(max: usize) -> Vec<u8> {
+    let mut v = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    v.truncate(max);
+    v
+}
+
+/// The executable's path.
+pub fn exe_path() -> Vec<u8> {
+    std::fs::read_link("/proc/self/exe")
+        .map(|p| p.into_os_string().into_encoded_bytes())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn main_module_first_with_build_id_and_extent() {
+        let mut mods = vec![];
+        for_each_module(|m| mods.push((m.path.to_vec(), m.start, m.size, m.build_id.to_vec())));
+        assert!(!mods.is_empty());
+        assert_eq!(mods[0].0, exe_path());
+        let here = main_module_first_with_build_id_and_extent as usize as u64;
+        assert!(mods.iter().any(|m| here >= m.1 && here < m.1 + m.2));
+        // Rust binaries are linked with a GNU build id by default here.
+        assert!(mods.iter().any(|m| !m.3.is_empty()));
+    }
+
+    #[test]
+    fn thread_names() {
+        let mut b = [0u8; 16];
+        let t = std::thread::Builder::new()
+            .name("fntrace-test-th".into())
+            .spawn(move || thread_name(&mut b).to_vec())
+            .unwrap();
+        assert_eq!(t.join().unwrap(), b"fntrace-test-th");
+        assert!(gettid() > 0);
+    }
+}
