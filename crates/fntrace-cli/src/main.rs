@@ -1,1 +1,273 @@
-fn main() {}
+//! The `fntrace` command: record a program, then report, replay or describe
+//! the trace.
+
+use std::io::{self, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use fntrace_cli::analysis::parse_duration;
+use fntrace_cli::commands::{Format, ReplayOptions, SortKey, report_rows, write_info, write_replay, write_report};
+use fntrace_format::Trace;
+
+#[derive(Parser)]
+#[command(name = "fntrace", version, about = "Trace every function call of a program")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a command and record its function calls.
+    Record {
+        /// Output file.
+        #[arg(short, long, default_value = "fntrace.data")]
+        output: PathBuf,
+        /// Largest trace size (e.g. 512M, 4G); later events are counted as lost.
+        #[arg(long)]
+        max_size: Option<String>,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Per-function totals: total, self, calls, avg, min, max.
+    Report {
+        /// Trace file.
+        #[arg(default_value = "fntrace.data")]
+        path: PathBuf,
+        /// Sort key.
+        #[arg(long, value_enum, default_value = "total")]
+        sort: SortKey,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+        /// One row per function and thread.
+        #[arg(long)]
+        threads: bool,
+    },
+    /// The call tree with durations and thread ids.
+    Replay {
+        /// Trace file.
+        #[arg(default_value = "fntrace.data")]
+        path: PathBuf,
+        /// Show this many levels.
+        #[arg(short = 'D', long)]
+        depth: Option<usize>,
+        /// Only subtrees of functions whose name contains this.
+        #[arg(short = 'F', long)]
+        filter: Option<String>,
+        /// Hide calls shorter than this (e.g. 10us).
+        #[arg(short = 't', long)]
+        threshold: Option<String>,
+        /// Only this thread.
+        #[arg(long)]
+        tid: Option<u32>,
+        /// Show source locations.
+        #[arg(long)]
+        srcline: bool,
+    },
+    /// Describe a trace: program, threads, events, clock, damage.
+    Info {
+        /// Trace file.
+        #[arg(default_value = "fntrace.data")]
+        path: PathBuf,
+    },
+    /// Record the bundled instrumented example and show report and replay.
+    Demo {
+        /// Argument of the example's fib.
+        #[arg(default_value_t = 20)]
+        n: u64,
+    },
+    #[command(hide = true, name = "__demo-workload")]
+    DemoWorkload { n: u64 },
+}
+
+/// The workload of `fntrace demo`, instrumented like user code.
+#[fntrace::instrument_fn]
+mod demo {
+    pub fn fib(n: u64) -> u64 {
+        if n < 2 { n } else { fib(n - 1) + fib(n - 2) }
+    }
+
+    pub fn checksum(v: &[u64]) -> u64 {
+        v.iter().fold(0, |a, &x| a.wrapping_mul(31).wrapping_add(x))
+    }
+
+    pub fn run(n: u64) -> u64 {
+        let v: Vec<u64> = (0..4).map(|i| fib(n.saturating_sub(i))).collect();
+        checksum(&v)
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fntrace: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn open(path: &Path) -> Result<Trace> {
+    Ok(Trace::open(path)?)
+}
+
+fn run() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    match cli.cmd {
+        Cmd::Record {
+            output,
+            max_size,
+            command,
+        } => return record(&output, max_size.as_deref(), &command),
+        Cmd::Report {
+            path,
+            sort,
+            format,
+            threads,
+        } => {
+            let t = open(&path)?;
+            warn_damage(&t);
+            write_report(&mut out, &report_rows(&t, threads, sort), format)?;
+        }
+        Cmd::Replay {
+            path,
+            depth,
+            filter,
+            threshold,
+            tid,
+            srcline,
+        } => {
+            let t = open(&path)?;
+            warn_damage(&t);
+            let threshold_ns = match threshold {
+                Some(s) => parse_duration(&s).with_context(|| format!("bad --threshold {s:?} (use e.g. 10us, 1ms)"))?,
+                None => 0,
+            };
+            let o = ReplayOptions {
+                depth,
+                filter,
+                threshold_ns,
+                tid,
+                srcline,
+            };
+            write_replay(&mut out, &t, &o)?;
+        }
+        Cmd::Info { path } => write_info(&mut out, &open(&path)?)?,
+        Cmd::Demo { n } => {
+            let dir = std::env::temp_dir().join(format!("fntrace-demo-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            let data = dir.join("demo.data");
+            let me = std::env::current_exe()?;
+            let cmd = vec![me.display().to_string(), "__demo-workload".into(), n.to_string()];
+            writeln!(out, "$ fntrace record -o {} -- fntrace-demo {n}", data.display())?;
+            out.flush()?;
+            record(&data, None, &cmd)?;
+            let t = open(&data)?;
+            writeln!(out, "\n$ fntrace report")?;
+            write_report(&mut out, &report_rows(&t, false, SortKey::Total), Format::Table)?;
+            writeln!(out, "\n$ fntrace replay --depth 3")?;
+            write_replay(
+                &mut out,
+                &t,
+                &ReplayOptions {
+                    depth: Some(3),
+                    ..Default::default()
+                },
+            )?;
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Cmd::DemoWorkload { n } => {
+            writeln!(out, "{}", demo::run(n))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn warn_damage(t: &Trace) {
+    if !t.damage().is_empty() {
+        eprintln!(
+            "fntrace: {}: {} damaged parts skipped (see `fntrace info`)",
+            t.path().display(),
+            t.damage().len()
+        );
+    }
+}
+
+/// Runs `command` with recording enabled through the environment and
+/// passes its exit status through.
+fn record(output: &Path, max_size: Option<&str>, command: &[String]) -> Result<ExitCode> {
+    let output = std::path::absolute(output)?;
+    match std::fs::remove_file(&output) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => bail!("{}: cannot replace: {e}", output.display()),
+    }
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..])
+        .env(fntrace::ENV_OUTPUT, &output)
+        .env("FNTRACE_EXCLUSIVE", "1");
+    if let Some(m) = max_size {
+        cmd.env(fntrace::ENV_MAX_SIZE, m);
+    }
+    // Ctrl-C goes to the child; we stay to report what it recorded.
+    // SAFETY: setting SIGINT/SIGQUIT to ignored has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {:?}", command[0]))?;
+    // SAFETY: restoring default dispositions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+    }
+    if output.exists() {
+        match Trace::open(&output) {
+            Ok(t) => {
+                let events: u64 = t
+                    .thread_ids()
+                    .into_iter()
+                    .map(|tid| {
+                        t.stream(tid)
+                            .filter(|r| matches!(r, fntrace_format::Record::Entry { .. } | fntrace_format::Record::Exit { .. }))
+                            .count() as u64
+                    })
+                    .sum();
+                eprintln!(
+                    "fntrace: recorded {} events from {} threads into {} ({} bytes){}",
+                    events,
+                    t.thread_ids().len(),
+                    output.display(),
+                    t.file_len(),
+                    if t.damage().is_empty() { "" } else { "; the trace has damage, see `fntrace info`" }
+                );
+            }
+            Err(e) => eprintln!("fntrace: {e}"),
+        }
+    } else {
+        eprintln!(
+            "fntrace: {} wrote no trace: it is not instrumented. Build it with #[fntrace::instrument_fn] \
+             on the functions to trace (with `fntrace` as a dependency).",
+            command[0]
+        );
+    }
+    if let Some(sig) = status.signal() {
+        // Die the same way, so our parent sees the same status.
+        // SAFETY: resetting the handler and raising a signal at ourselves.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return Ok(ExitCode::from(128 + sig as u8));
+    }
+    Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+}
