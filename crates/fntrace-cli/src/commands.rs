@@ -104,13 +104,15 @@ pub fn report_rows(trace: &Trace, per_thread: bool, sort: SortKey) -> Vec<Row> {
             max_ns: clock.ns(a.max),
         })
         .collect();
-    rows.sort_by(|a, b| match sort {
-        SortKey::Total => b.total_ns.cmp(&a.total_ns),
-        SortKey::SelfTime => b.self_ns.cmp(&a.self_ns),
-        SortKey::Calls => b.calls.cmp(&a.calls),
-        SortKey::Name => a.function.cmp(&b.function),
-    }
-    .then_with(|| a.function.cmp(&b.function)));
+    rows.sort_by(|a, b| {
+        match sort {
+            SortKey::Total => b.total_ns.cmp(&a.total_ns),
+            SortKey::SelfTime => b.self_ns.cmp(&a.self_ns),
+            SortKey::Calls => b.calls.cmp(&a.calls),
+            SortKey::Name => a.function.cmp(&b.function),
+        }
+        .then_with(|| a.function.cmp(&b.function))
+    });
     rows
 }
 
@@ -133,7 +135,10 @@ pub fn write_report(out: &mut dyn Write, rows: &[Row], format: Format) -> io::Re
             writeln!(out)
         }
         Format::Csv => {
-            writeln!(out, "function,tid,calls,total_ns,self_ns,avg_ns,min_ns,max_ns")?;
+            writeln!(
+                out,
+                "function,tid,calls,total_ns,self_ns,avg_ns,min_ns,max_ns"
+            )?;
             for r in rows {
                 let f = if r.function.contains([',', '"']) {
                     format!("\"{}\"", r.function.replace('"', "\"\""))
@@ -157,7 +162,11 @@ pub fn write_report(out: &mut dyn Write, rows: &[Row], format: Format) -> io::Re
         }
         Format::Table => {
             let tidcol = rows.iter().any(|r| r.tid.is_some());
-            write!(out, "  {:>12}  {:>12}  {:>10}  ", "Total time", "Self time", "Calls")?;
+            write!(
+                out,
+                "  {:>12}  {:>12}  {:>10}  ",
+                "Total time", "Self time", "Calls"
+            )?;
             if tidcol {
                 write!(out, "{:>7}  ", "TID")?;
             }
@@ -290,7 +299,9 @@ pub fn write_replay(out: &mut dyn Write, trace: &Trace, o: &ReplayOptions) -> io
             let indent = "  ".repeat(rel);
             let name = sym.name(call.func).to_string();
             let src = if o.srcline {
-                sym.srcline(call.func).map(|s| format!(" /* {s} */")).unwrap_or_default()
+                sym.srcline(call.func)
+                    .map(|s| format!(" /* {s} */"))
+                    .unwrap_or_default()
             } else {
                 String::new()
             };
@@ -315,7 +326,11 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
     let clock = Clock::of(trace);
     let meta = trace.metadata();
     writeln!(out, "# trace         {}", trace.path().display())?;
-    writeln!(out, "# format        {}.{}", h.version_major, h.version_minor)?;
+    writeln!(
+        out,
+        "# format        {}.{}",
+        h.version_major, h.version_minor
+    )?;
     if let Some(p) = &meta.process {
         writeln!(out, "# program       {}", p.exe)?;
         writeln!(out, "# command line  {}", p.args.join(" "))?;
@@ -350,14 +365,22 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
         threads.push(walk_thread(trace, tid, &mut Nop));
     }
     let events: u64 = threads.iter().map(|t| t.events).sum();
-    let first = threads.iter().map(|t| t.first_tsc).min().unwrap_or(h.start_tsc);
+    let first = threads
+        .iter()
+        .map(|t| t.first_tsc)
+        .min()
+        .unwrap_or(h.start_tsc);
     let last = threads
         .iter()
         .map(|t| t.last_tsc)
         .max()
         .unwrap_or(h.start_tsc)
         .max(trace.final_block().map(|f| f.end_tsc).unwrap_or(0));
-    writeln!(out, "# duration      {}", fmt_ns(clock.ns(last.saturating_sub(first.min(h.start_tsc)))))?;
+    writeln!(
+        out,
+        "# duration      {}",
+        fmt_ns(clock.ns(last.saturating_sub(first.min(h.start_tsc))))
+    )?;
     writeln!(out, "# events        {events}")?;
     writeln!(
         out,
@@ -367,7 +390,14 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
     )?;
     writeln!(out, "# modules       {}", meta.modules.len())?;
     for m in &meta.modules {
-        writeln!(out, "#   {:#x} {:>10} {} {}", m.start, m.size, m.build_id_hex(), m.path)?;
+        writeln!(
+            out,
+            "#   {:#x} {:>10} {} {}",
+            m.start,
+            m.size,
+            m.build_id_hex(),
+            m.path
+        )?;
     }
     writeln!(out, "# threads       {}", threads.len())?;
     for t in &threads {
@@ -378,8 +408,16 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
             t.name,
             t.events,
             if t.exited { "" } else { ", no exit recorded" },
-            if t.incomplete > 0 { format!(", {} calls without exit", t.incomplete) } else { String::new() },
-            if t.lost > 0 { format!(", {} events lost", t.lost) } else { String::new() },
+            if t.incomplete > 0 {
+                format!(", {} calls without exit", t.incomplete)
+            } else {
+                String::new()
+            },
+            if t.lost > 0 {
+                format!(", {} events lost", t.lost)
+            } else {
+                String::new()
+            },
         )?;
     }
     let mut damage: Vec<_> = trace.damage().to_vec();

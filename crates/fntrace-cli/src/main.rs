@@ -9,11 +9,17 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use fntrace_cli::analysis::parse_duration;
-use fntrace_cli::commands::{Format, ReplayOptions, SortKey, report_rows, write_info, write_replay, write_report};
+use fntrace_cli::commands::{
+    Format, ReplayOptions, SortKey, report_rows, write_info, write_replay, write_report,
+};
 use fntrace_format::Trace;
 
 #[derive(Parser)]
-#[command(name = "fntrace", version, about = "Trace every function call of a program")]
+#[command(
+    name = "fntrace",
+    version,
+    about = "Trace every function call of a program"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -147,7 +153,8 @@ fn run() -> Result<ExitCode> {
             let t = open(&path)?;
             warn_damage(&t);
             let threshold_ns = match threshold {
-                Some(s) => parse_duration(&s).with_context(|| format!("bad --threshold {s:?} (use e.g. 10us, 1ms)"))?,
+                Some(s) => parse_duration(&s)
+                    .with_context(|| format!("bad --threshold {s:?} (use e.g. 10us, 1ms)"))?,
                 None => 0,
             };
             let o = ReplayOptions {
@@ -165,13 +172,25 @@ fn run() -> Result<ExitCode> {
             std::fs::create_dir_all(&dir)?;
             let data = dir.join("demo.data");
             let me = std::env::current_exe()?;
-            let cmd = vec![me.display().to_string(), "__demo-workload".into(), n.to_string()];
-            writeln!(out, "$ fntrace record -o {} -- fntrace-demo {n}", data.display())?;
+            let cmd = vec![
+                me.display().to_string(),
+                "__demo-workload".into(),
+                n.to_string(),
+            ];
+            writeln!(
+                out,
+                "$ fntrace record -o {} -- fntrace-demo {n}",
+                data.display()
+            )?;
             out.flush()?;
             record(&data, None, &cmd)?;
             let t = open(&data)?;
             writeln!(out, "\n$ fntrace report")?;
-            write_report(&mut out, &report_rows(&t, false, SortKey::Total), Format::Table)?;
+            write_report(
+                &mut out,
+                &report_rows(&t, false, SortKey::Total),
+                Format::Table,
+            )?;
             writeln!(out, "\n$ fntrace replay --depth 3")?;
             write_replay(
                 &mut out,
@@ -238,7 +257,13 @@ fn record(output: &Path, max_size: Option<&str>, command: &[String]) -> Result<E
                     .into_iter()
                     .map(|tid| {
                         t.stream(tid)
-                            .filter(|r| matches!(r, fntrace_format::Record::Entry { .. } | fntrace_format::Record::Exit { .. }))
+                            .filter(|r| {
+                                matches!(
+                                    r,
+                                    fntrace_format::Record::Entry { .. }
+                                        | fntrace_format::Record::Exit { .. }
+                                )
+                            })
                             .count() as u64
                     })
                     .sum();
@@ -248,7 +273,11 @@ fn record(output: &Path, max_size: Option<&str>, command: &[String]) -> Result<E
                     t.thread_ids().len(),
                     output.display(),
                     t.file_len(),
-                    if t.damage().is_empty() { "" } else { "; the trace has damage, see `fntrace info`" }
+                    if t.damage().is_empty() {
+                        ""
+                    } else {
+                        "; the trace has damage, see `fntrace info`"
+                    }
                 );
             }
             Err(e) => eprintln!("fntrace: {e}"),

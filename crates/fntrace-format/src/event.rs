@@ -330,7 +330,9 @@ impl Framed<'_> {
     /// The TSC delta this record carries (0 for untimed metadata).
     pub fn delta(&self) -> u64 {
         match *self {
-            Framed::ThreadStart { d, .. } | Framed::ThreadExit { d, .. } | Framed::Lost { d, .. } => d,
+            Framed::ThreadStart { d, .. }
+            | Framed::ThreadExit { d, .. }
+            | Framed::Lost { d, .. } => d,
             _ => 0,
         }
     }
@@ -590,7 +592,9 @@ impl<'a> Decoder<'a> {
                     .ok_or(self.err(start, "record runs past the end of its chunk"))?;
                 let body = &self.buf[self.pos..end];
                 self.pos = end;
-                let rec = self.framed(tag, body).ok_or(self.err(start, "malformed record"))?;
+                let rec = self
+                    .framed(tag, body)
+                    .ok_or(self.err(start, "malformed record"))?;
                 // A framed record's delta moved `tsc` inside `framed`.
                 rec
             }
@@ -707,16 +711,45 @@ mod tests {
 
     #[test]
     fn packers_match_encoder() {
-        let deltas = [0u64, 1, 15, 16, 31, 32, 63, 64, 127, 128, 5000, 1 << 40, 1 << 54, u64::MAX];
+        let deltas = [
+            0u64,
+            1,
+            15,
+            16,
+            31,
+            32,
+            63,
+            64,
+            127,
+            128,
+            5000,
+            1 << 40,
+            1 << 54,
+            u64::MAX,
+        ];
         let funcs = [0u64, 1, 0x5555_0000, 0x7fff_ffff_f000, u64::MAX];
         for &d in &deltas {
             check_pack(Compact::Exit { d }, pack_exit(d));
             check_pack(Compact::TailExit { d }, pack_tail_exit(d));
-            check_pack(Compact::Entry { d, func: 9, prev: 9 }, pack_entry_same(d));
+            check_pack(
+                Compact::Entry {
+                    d,
+                    func: 9,
+                    prev: 9,
+                },
+                pack_entry_same(d),
+            );
             for &f in &funcs {
                 for &p in &funcs {
                     if f != p {
-                        check_pack(Compact::Entry { d, func: f, prev: p }, pack_entry_new(d, f, p));
+                        check_pack(
+                            Compact::Entry {
+                                d,
+                                func: f,
+                                prev: p,
+                            },
+                            pack_entry_new(d, f, p),
+                        );
                     }
                 }
             }
@@ -728,10 +761,22 @@ mod tests {
         let mut buf = vec![];
         let mut b = [0u8; 32];
         let evs = [
-            Compact::Entry { d: 3, func: 0x1000, prev: 0 },
-            Compact::Entry { d: 100, func: 0x1000, prev: 0x1000 },
+            Compact::Entry {
+                d: 3,
+                func: 0x1000,
+                prev: 0,
+            },
+            Compact::Entry {
+                d: 100,
+                func: 0x1000,
+                prev: 0x1000,
+            },
             Compact::Exit { d: 70 },
-            Compact::Entry { d: 1, func: 0x900, prev: 0x1000 },
+            Compact::Entry {
+                d: 1,
+                func: 0x900,
+                prev: 0x1000,
+            },
             Compact::TailExit { d: 9 },
             Compact::Exit { d: 1 << 33 },
         ];
@@ -757,14 +802,33 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Record::Entry { tsc: t + 3, func: 0x1000 },
-                Record::Entry { tsc: t + 103, func: 0x1000 },
+                Record::Entry {
+                    tsc: t + 3,
+                    func: 0x1000
+                },
+                Record::Entry {
+                    tsc: t + 103,
+                    func: 0x1000
+                },
                 Record::Exit { tsc: t + 173 },
-                Record::Entry { tsc: t + 174, func: 0x900 },
+                Record::Entry {
+                    tsc: t + 174,
+                    func: 0x900
+                },
                 Record::TailExit { tsc: t + 183 },
-                Record::Exit { tsc: t + 183 + (1 << 33) },
-                Record::Lost { tsc: t + 185 + (1 << 33), count: 5 },
-                Record::Site(SiteInfo { key: 77, name: "T::f".into(), file: "a.rs".into(), line: 3 }),
+                Record::Exit {
+                    tsc: t + 183 + (1 << 33)
+                },
+                Record::Lost {
+                    tsc: t + 185 + (1 << 33),
+                    count: 5
+                },
+                Record::Site(SiteInfo {
+                    key: 77,
+                    name: "T::f".into(),
+                    file: "a.rs".into(),
+                    line: 3
+                }),
             ]
         );
     }

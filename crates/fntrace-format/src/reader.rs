@@ -128,11 +128,12 @@ impl Trace {
             problem,
         };
         let file = File::open(&path).map_err(|e| err(None, e.to_string()))?;
-        let file_len = file
-            .metadata()
-            .map_err(|e| err(None, e.to_string()))?
-            .len();
+        let file_len = file.metadata().map_err(|e| err(None, e.to_string()))?.len();
         if file_len < HEADER_USED as u64 {
+            let mut m = [0u8; 8];
+            if file_len < 8 || file.read_exact_at(&mut m, 0).is_err() || m != crate::layout::MAGIC {
+                return Err(err(Some(0), "not an fntrace trace (bad magic)".into()));
+            }
             return Err(err(
                 Some(file_len),
                 format!(
@@ -189,7 +190,11 @@ impl Trace {
                     tid: None,
                     problem: format!(
                         "final block is damaged ({}); treating the trace as unfinished",
-                        if p == HeaderProblem::Magic { "bad magic" } else { "checksum mismatch" }
+                        if p == HeaderProblem::Magic {
+                            "bad magic"
+                        } else {
+                            "checksum mismatch"
+                        }
                     ),
                 });
                 None
@@ -363,7 +368,11 @@ impl Trace {
 
     /// Thread ids that have a stream (the metadata stream excluded), sorted.
     pub fn thread_ids(&self) -> Vec<u32> {
-        self.threads.keys().copied().filter(|&t| t != META_TID).collect()
+        self.threads
+            .keys()
+            .copied()
+            .filter(|&t| t != META_TID)
+            .collect()
     }
 
     /// The chunks of one thread, in stream order.
@@ -555,7 +564,10 @@ impl ThreadReader<'_> {
             self.gap_after(c);
             return true;
         }
-        if c.sealed() && len == h.payload_len as usize && crc32fast::hash(&self.buf) != h.payload_crc {
+        if c.sealed()
+            && len == h.payload_len as usize
+            && crc32fast::hash(&self.buf) != h.payload_crc
+        {
             self.damage.push(Damage {
                 offset: payload_off,
                 lost_bytes: len as u64,

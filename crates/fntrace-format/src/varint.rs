@@ -71,7 +71,16 @@ mod tests {
 
     #[test]
     fn roundtrip_edges() {
-        for v in [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX - 1, u64::MAX] {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            u32::MAX as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
             let mut buf = [0u8; MAX_VARINT_LEN];
             let mut pos = 0;
             put_uvarint(&mut buf, &mut pos, v);

@@ -131,7 +131,10 @@ pub fn for_each_module(mut f: impl FnMut(&LoadedModule<'_>)) {
         });
         0
     }
-    let mut ctx = Ctx { exe: &exe, f: &mut f };
+    let mut ctx = Ctx {
+        exe: &exe,
+        f: &mut f,
+    };
     // SAFETY: `cb` matches the callback type and only dereferences `ctx`,
     // which outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut ctx as *mut Ctx<'_> as *mut libc::c_void) };
@@ -146,7 +149,15 @@ pub fn gettid() -> u32 {
 /// The calling thread's name (at most 15 bytes, from `prctl(PR_GET_NAME)`).
 pub fn thread_name(buf: &mut [u8; 16]) -> &[u8] {
     // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into `buf`.
-    let r = unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr() as libc::c_ulong, 0, 0, 0) };
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_GET_NAME,
+            buf.as_mut_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
     if r != 0 {
         return &[];
     }

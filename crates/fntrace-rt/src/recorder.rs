@@ -24,11 +24,13 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, compiler_fence};
+use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, compiler_fence,
+};
 use std::sync::{Mutex, Once};
 
-use fntrace_format::event::{Framed, SliceSink, pack_entry_new, pack_entry_same, pack_exit};
 use fntrace_format::event::{Compact, MAX_COMPACT_LEN, encode_compact};
+use fntrace_format::event::{Framed, SliceSink, pack_entry_new, pack_entry_same, pack_exit};
 use fntrace_format::layout::{
     CHUNK_FLAG_SEALED, CHUNK_HEADER_SIZE, CHUNK_SEAL_OFFSET, ChunkHeader, DEFAULT_CHUNK_SIZE,
     FINAL_FLAG_CLEAN, FINAL_OFFSET, Final, HDR_FLAG_TSC_INVARIANT, HEADER_SIZE, Header, META_TID,
@@ -303,7 +305,10 @@ unsafe fn put_long(t: &mut ThreadState, ev: Compact) {
 /// Records the entry of a source-instrumented function; returns whether the
 /// entry was recorded (then the exit must be recorded too).
 #[inline]
-pub(crate) fn record_site_entry(site: &'static Site, self_type: Option<fn() -> &'static str>) -> bool {
+pub(crate) fn record_site_entry(
+    site: &'static Site,
+    self_type: Option<fn() -> &'static str>,
+) -> bool {
     with_state(|t| {
         let sid = SESSION.load(Ordering::Relaxed);
         if t.session != sid || t.busy {
@@ -377,7 +382,11 @@ pub(crate) fn record_exit() {
 
 #[cold]
 #[inline(never)]
-fn entry_slow(t: &mut ThreadState, site: &'static Site, self_type: Option<fn() -> &'static str>) -> bool {
+fn entry_slow(
+    t: &mut ThreadState,
+    site: &'static Site,
+    self_type: Option<fn() -> &'static str>,
+) -> bool {
     if t.busy {
         t.lost += 1;
         return false;
@@ -431,7 +440,10 @@ fn attach(t: &mut ThreadState, sid: u32) -> bool {
     }
     let mut nb = [0u8; 16];
     let name = procinfo::thread_name(&mut nb);
-    write_framed(s, &mut t.cur, t.tid, 0, true, |d| Framed::ThreadStart { d, name });
+    write_framed(s, &mut t.cur, t.tid, 0, true, |d| Framed::ThreadStart {
+        d,
+        name,
+    });
     s.threads.fetch_add(1, Ordering::Relaxed);
     t.session = sid;
     // Make sure the thread's exit is seen.
@@ -460,7 +472,10 @@ fn flush_lost(s: &Session, t: &mut ThreadState) {
     if t.lost > 0 {
         let count = std::mem::take(&mut t.lost);
         s.lost.fetch_add(count, Ordering::Relaxed);
-        write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| Framed::Lost { d, count });
+        write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| Framed::Lost {
+            d,
+            count,
+        });
     }
 }
 
@@ -473,7 +488,9 @@ fn close_thread(s: &Session, t: &mut ThreadState, exiting: bool) {
     if exiting {
         let mut nb = [0u8; 16];
         let name = procinfo::thread_name(&mut nb);
-        write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| Framed::ThreadExit { d, name });
+        write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| {
+            Framed::ThreadExit { d, name }
+        });
     }
     seal(&t.cur);
     t.session = 0;
@@ -533,7 +550,9 @@ fn claim_chunk(s: &Session, cur: &mut Cursor, tid: u32, depth: u32) -> bool {
     if end > s.mapped.load(Ordering::Acquire) && !grow(s, end) {
         return false;
     }
-    let chunk = s.base.wrapping_add(HEADER_SIZE as usize + idx as usize * s.chunk_size);
+    let chunk = s
+        .base
+        .wrapping_add(HEADER_SIZE as usize + idx as usize * s.chunk_size);
     let (base_tsc, base_mono_ns) = (clock::tsc(), clock::monotonic_ns());
     let seq = if cur.chunk.is_null() { 0 } else { cur.seq + 1 };
     let h = ChunkHeader {
@@ -637,7 +656,12 @@ fn seal(cur: &Cursor) {
 /// session.
 #[cold]
 #[inline(never)]
-fn register_site(t: &ThreadState, site: &'static Site, self_type: Option<fn() -> &'static str>, sid: u32) {
+fn register_site(
+    t: &ThreadState,
+    site: &'static Site,
+    self_type: Option<fn() -> &'static str>,
+    sid: u32,
+) {
     let old = site.registered.load(Ordering::Relaxed);
     if site
         .registered
@@ -705,10 +729,17 @@ fn open_trace(path: &Path, exclusive: bool) -> io::Result<(libc::c_int, PathBuf)
     let open = |p: &Path, excl: bool| -> io::Result<libc::c_int> {
         let c = CString::new(p.as_os_str().as_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
-        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | if excl { libc::O_EXCL } else { libc::O_TRUNC };
+        let flags = libc::O_RDWR
+            | libc::O_CREAT
+            | libc::O_CLOEXEC
+            | if excl { libc::O_EXCL } else { libc::O_TRUNC };
         // SAFETY: `c` is a valid NUL-terminated path.
         let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644) };
-        if fd < 0 { Err(io::Error::last_os_error()) } else { Ok(fd) }
+        if fd < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(fd)
+        }
     };
     if !exclusive {
         return open(path, false).map(|fd| (fd, path.to_path_buf()));
@@ -726,10 +757,13 @@ fn open_trace(path: &Path, exclusive: bool) -> io::Result<(libc::c_int, PathBuf)
 }
 
 fn create_session(opts: &Options) -> io::Result<Session> {
-    let with_path = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", opts.path.display()));
+    let with_path =
+        |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", opts.path.display()));
     let (fd, path) = open_trace(&opts.path, opts.exclusive).map_err(with_path)?;
     let chunk_size = DEFAULT_CHUNK_SIZE as usize;
-    let max = opts.max_size.max(HEADER_SIZE as u64 + 2 * chunk_size as u64);
+    let max = opts
+        .max_size
+        .max(HEADER_SIZE as u64 + 2 * chunk_size as u64);
     let max_chunks = (max - HEADER_SIZE as u64) / chunk_size as u64;
     let reserved = HEADER_SIZE as usize + max_chunks as usize * chunk_size;
     // SAFETY: an anonymous PROT_NONE reservation; nothing else refers to it.
@@ -756,7 +790,11 @@ fn create_session(opts: &Options) -> io::Result<Session> {
         version_minor: VERSION_MINOR,
         header_size: HEADER_SIZE,
         chunk_size: chunk_size as u32,
-        flags: if clock::tsc_invariant() { HDR_FLAG_TSC_INVARIANT } else { 0 },
+        flags: if clock::tsc_invariant() {
+            HDR_FLAG_TSC_INVARIANT
+        } else {
+            0
+        },
         tsc_hz,
         start_tsc,
         start_mono_ns,
@@ -899,9 +937,17 @@ pub fn flush() -> io::Result<()> {
     // SAFETY: sessions are leaked; the range is mapped.
     let r = unsafe {
         let s = &*p;
-        libc::msync(s.base as *mut libc::c_void, s.mapped.load(Ordering::Acquire), libc::MS_SYNC)
+        libc::msync(
+            s.base as *mut libc::c_void,
+            s.mapped.load(Ordering::Acquire),
+            libc::MS_SYNC,
+        )
     };
-    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 extern "C" fn at_exit() {
@@ -955,7 +1001,10 @@ pub(crate) fn init_from_env() {
             return;
         };
         let mut opts = Options::new(PathBuf::from(path));
-        if let Some(m) = std::env::var(ENV_MAX_SIZE).ok().and_then(|v| parse_size(&v)) {
+        if let Some(m) = std::env::var(ENV_MAX_SIZE)
+            .ok()
+            .and_then(|v| parse_size(&v))
+        {
             opts.max_size = m;
         }
         opts.exclusive = std::env::var_os(ENV_EXCLUSIVE).is_some_and(|v| v == "1");

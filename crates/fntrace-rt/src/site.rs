@@ -100,7 +100,10 @@ pub struct Instrumented<F> {
 
 /// Wraps the body of an `async fn`. `T` is the function's declared output
 /// type, which lets the compiler infer the type of the `async` block.
-pub fn instrument_future<T, F: Future<Output = T>>(site: &'static Site, inner: F) -> Instrumented<F> {
+pub fn instrument_future<T, F: Future<Output = T>>(
+    site: &'static Site,
+    inner: F,
+) -> Instrumented<F> {
     Instrumented { site, inner }
 }
 
@@ -119,4 +122,3 @@ impl<F: Future> Future for Instrumented<F> {
         inner.poll(cx)
     }
 }
-

@@ -32,5 +32,9 @@ fn fib_count_roundtrip() {
     assert_eq!(ex, ent);
     let site = t.metadata().sites.values().next().unwrap();
     assert_eq!(site.name, "smoke::fib");
-    eprintln!("bytes {} per call {:.2}", sum.bytes, sum.bytes as f64 / ent as f64);
+    eprintln!(
+        "bytes {} per call {:.2}",
+        sum.bytes,
+        sum.bytes as f64 / ent as f64
+    );
 }
