@@ -138,11 +138,10 @@ pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummar
                     close(&mut stack, v, tsc, false);
                 }
             }
-            Record::ThreadStart { name, .. } => {
-                if sum.name.is_empty() {
+            Record::ThreadStart { name, .. }
+                if sum.name.is_empty() => {
                     sum.name = name
                 }
-            }
             Record::ThreadExit { name, .. } => {
                 sum.name = name;
                 sum.exited = true;
@@ -219,5 +218,5 @@ pub fn parse_duration(s: &str) -> Option<u64> {
         "s" => 1e9,
         _ => return None,
     };
-    (v >= 0.0).then(|| (v * mult) as u64)
+    (v >= 0.0).then_some((v * mult) as u64)
 }

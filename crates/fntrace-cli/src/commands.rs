@@ -224,10 +224,9 @@ impl Visitor for Collect {
         });
     }
     fn call(&mut self, c: &Call) {
-        match self.open.pop() {
-            Some(i) => self.calls[i] = *c,
-            // A call whose entry was lost in a gap.
-            None => {}
+        // No open entry: a call whose entry was lost in a gap.
+        if let Some(i) = self.open.pop() {
+            self.calls[i] = *c;
         }
     }
 }

@@ -306,11 +306,7 @@ impl Trace {
         for rec in reader.by_ref() {
             match rec {
                 Record::Process(p) => meta.process = Some(p),
-                Record::Module(m) => {
-                    if !meta.modules.contains(&m) {
-                        meta.modules.push(m)
-                    }
-                }
+                Record::Module(m) if !meta.modules.contains(&m) => meta.modules.push(m),
                 Record::Site(s) => {
                     meta.sites.entry(s.key).or_insert(s);
                 }

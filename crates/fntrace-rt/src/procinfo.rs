@@ -190,7 +190,7 @@ mod tests {
         for_each_module(|m| mods.push((m.path.to_vec(), m.start, m.size, m.build_id.to_vec())));
         assert!(!mods.is_empty());
         assert_eq!(mods[0].0, exe_path());
-        let here = main_module_first_with_build_id_and_extent as usize as u64;
+        let here = main_module_first_with_build_id_and_extent as *const () as usize as u64;
         assert!(mods.iter().any(|m| here >= m.1 && here < m.1 + m.2));
         // Rust binaries are linked with a GNU build id by default here.
         assert!(mods.iter().any(|m| !m.3.is_empty()));

@@ -615,7 +615,7 @@ fn grow(s: &Session, end: usize) -> bool {
             s.base.add(mapped) as *mut libc::c_void,
             new_len - mapped,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_FIXED,
+            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
             s.fd,
             mapped as i64,
         );
