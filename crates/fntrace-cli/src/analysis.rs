@@ -138,10 +138,7 @@ pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummar
                     close(&mut stack, v, tsc, false);
                 }
             }
-            Record::ThreadStart { name, .. }
-                if sum.name.is_empty() => {
-                    sum.name = name
-                }
+            Record::ThreadStart { name, .. } if sum.name.is_empty() => sum.name = name,
             Record::ThreadExit { name, .. } => {
                 sum.name = name;
                 sum.exited = true;

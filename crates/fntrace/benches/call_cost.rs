@@ -9,7 +9,11 @@ use std::time::Instant;
 
 #[inline(never)]
 fn plain_fib(n: u64) -> u64 {
-    if n < 2 { n } else { plain_fib(black_box(n - 1)) + plain_fib(black_box(n - 2)) }
+    if n < 2 {
+        n
+    } else {
+        plain_fib(black_box(n - 1)) + plain_fib(black_box(n - 2))
+    }
 }
 
 #[fntrace::instrument_fn]
@@ -17,7 +21,11 @@ mod traced {
     use std::hint::black_box;
     #[inline(never)]
     pub fn fib(n: u64) -> u64 {
-        if n < 2 { n } else { fib(black_box(n - 1)) + fib(black_box(n - 2)) }
+        if n < 2 {
+            n
+        } else {
+            fib(black_box(n - 1)) + fib(black_box(n - 2))
+        }
     }
 }
 
@@ -51,7 +59,17 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     println!("fib({n}): {calls} calls per run, best of 5");
     println!("uninstrumented             {plain:8.2} ns/call");
-    println!("instrumented, not recording {off:7.2} ns/call  ({:.2}x uninstrumented)", off / plain);
-    println!("instrumented, recording    {on:8.2} ns/call  ({:.2}x uninstrumented, +{:.2} ns)", on / plain, on - plain);
-    println!("trace size                 {:8.2} bytes/call (whole file: header, metadata, chunk headers)", bytes as f64 / calls);
+    println!(
+        "instrumented, not recording {off:7.2} ns/call  ({:.2}x uninstrumented)",
+        off / plain
+    );
+    println!(
+        "instrumented, recording    {on:8.2} ns/call  ({:.2}x uninstrumented, +{:.2} ns)",
+        on / plain,
+        on - plain
+    );
+    println!(
+        "trace size                 {:8.2} bytes/call (whole file: header, metadata, chunk headers)",
+        bytes as f64 / calls
+    );
 }
