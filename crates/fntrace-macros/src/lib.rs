@@ -118,7 +118,7 @@ fn expand(args: TokenStream2, input: TokenStream2) -> syn::Result<TokenStream2> 
             } else {
                 Naming::Path(name)
             };
-            instrument_block(&mut f.block, &f.sig, naming, true);
+            instrument_block(&mut f.block, &f.sig, naming);
         }
         Item::Mod(m) => {
             if m.content.is_none() {
@@ -182,7 +182,7 @@ fn instrument_item(item: &mut Item, mode: Mode) -> syn::Result<()> {
             let m = take_mode(&mut f.attrs)?.unwrap_or(mode);
             if m == Mode::On && f.sig.constness.is_none() {
                 let name = f.sig.ident.to_string();
-                instrument_block(&mut f.block, &f.sig, Naming::Path(name), true);
+                instrument_block(&mut f.block, &f.sig, Naming::Path(name));
             }
         }
         Item::Mod(md) => {
@@ -206,7 +206,7 @@ fn instrument_item(item: &mut Item, mode: Mode) -> syn::Result<()> {
                             Some(t) => Naming::TraitImpl(ty.clone(), t.clone(), name),
                             None => Naming::Prefixed(ty.clone(), name),
                         };
-                        instrument_block(&mut f.block, &f.sig, naming, true);
+                        instrument_block(&mut f.block, &f.sig, naming);
                     }
                 }
             }
@@ -219,7 +219,7 @@ fn instrument_item(item: &mut Item, mode: Mode) -> syn::Result<()> {
                     let fm = take_mode(&mut f.attrs)?.unwrap_or(m);
                     if let (Mode::On, Some(block), None) = (fm, &mut f.default, f.sig.constness) {
                         let name = f.sig.ident.to_string();
-                        instrument_block(block, &f.sig, Naming::Prefixed(tn.clone(), name), true);
+                        instrument_block(block, &f.sig, Naming::Prefixed(tn.clone(), name));
                     }
                 }
             }
@@ -245,17 +245,11 @@ fn type_name(t: &Type) -> String {
     }
 }
 
-fn instrument_block(
-    block: &mut syn::Block,
-    sig: &syn::Signature,
-    naming: Naming,
-    _in_container: bool,
-) {
+fn instrument_block(block: &mut syn::Block, sig: &syn::Signature, naming: Naming) {
     let span = Span::mixed_site();
     let site = syn::Ident::new("__FNTRACE_SITE", span);
     let guard = syn::Ident::new("__fntrace_guard", span);
     let line = sig.ident.span();
-    let has_self = sig.receiver().is_some();
     let (name_expr, self_type) = match naming {
         Naming::Path(n) => (quote!(concat!(module_path!(), "::", #n)), false),
         Naming::Prefixed(p, n) => (quote!(concat!(module_path!(), "::", #p, "::", #n)), false),
@@ -265,7 +259,6 @@ fn instrument_block(
         ),
         Naming::SelfType(n) => (quote!(#n), true),
     };
-    let _ = has_self;
     let line_expr = quote_spanned!(line=> line!());
     let static_def = quote! {
         static #site: ::fntrace::__private::Site =
