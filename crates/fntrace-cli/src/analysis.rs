@@ -4,7 +4,7 @@
 //! crash, stop) close them at the thread's last timestamp; gaps from damage
 //! resynchronise the stack to the depth the writer recorded.
 
-use fntrace_format::{Record, StreamItem, Trace};
+use fntrace_format::{Record, StreamItem, ThreadReader, Trace};
 
 /// A completed call.
 #[derive(Debug, Clone, Copy)]
@@ -64,100 +64,212 @@ struct Open {
     children: u64,
 }
 
-/// Walks one thread's stream.
+/// Walks one thread's stream, handing every completed call to `v`.
 pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummary {
-    let mut sum = ThreadSummary {
-        tid,
-        first_tsc: u64::MAX,
-        ..Default::default()
-    };
     let mut stack: Vec<Open> = Vec::new();
-    let mut reader = trace.stream(tid);
-    let close = |stack: &mut Vec<Open>, v: &mut dyn Visitor, end: u64, incomplete: bool| {
-        let o = stack.pop().expect("non-empty");
-        let dur = end.saturating_sub(o.start);
-        let recursive = stack.iter().any(|p| p.func == o.func);
-        if let Some(p) = stack.last_mut() {
-            p.children += dur;
-        }
-        v.call(&Call {
-            func: o.func,
-            depth: stack.len(),
-            start: o.start,
-            end: end.max(o.start),
-            children: o.children,
-            recursive,
-            incomplete,
-        });
-    };
-    while let Some(item) = reader.next_item() {
-        let rec = match item {
-            StreamItem::Record(r) => r,
-            StreamItem::Gap { tsc, depth } => {
-                while stack.len() > depth as usize {
-                    close(&mut stack, v, tsc, true);
-                    sum.incomplete += 1;
-                }
-                while stack.len() < depth as usize {
-                    // Calls whose entry was lost: unknown function 0.
-                    stack.push(Open {
-                        func: 0,
-                        start: tsc,
-                        children: 0,
-                    });
-                }
-                continue;
-            }
-        };
-        let tsc = match &rec {
-            Record::Entry { tsc, .. }
-            | Record::Exit { tsc }
-            | Record::TailExit { tsc }
-            | Record::ThreadStart { tsc, .. }
-            | Record::ThreadExit { tsc, .. }
-            | Record::Lost { tsc, .. } => *tsc,
-            _ => continue,
-        };
-        sum.first_tsc = sum.first_tsc.min(tsc);
-        sum.last_tsc = sum.last_tsc.max(tsc);
-        match rec {
-            Record::Entry { func, tsc } => {
-                sum.events += 1;
-                v.enter(func, stack.len(), tsc);
+    let mut events = Events::new(trace, tid);
+    for ev in events.by_ref() {
+        match ev {
+            Event::Enter { func, tsc, depth } => {
+                v.enter(func, depth, tsc);
                 stack.push(Open {
                     func,
                     start: tsc,
                     children: 0,
                 });
             }
-            Record::Exit { tsc } | Record::TailExit { tsc } => {
-                sum.events += 1;
-                if stack.is_empty() {
-                    sum.unmatched_exits += 1;
-                } else {
-                    close(&mut stack, v, tsc, false);
+            Event::Exit { tsc, incomplete } => {
+                let Some(o) = stack.pop() else { continue };
+                let end = tsc.max(o.start);
+                let dur = end - o.start;
+                let recursive = stack.iter().any(|p| p.func == o.func);
+                if let Some(p) = stack.last_mut() {
+                    p.children += dur;
                 }
+                v.call(&Call {
+                    func: o.func,
+                    depth: stack.len(),
+                    start: o.start,
+                    end,
+                    children: o.children,
+                    recursive,
+                    incomplete,
+                });
             }
-            Record::ThreadStart { name, .. } if sum.name.is_empty() => sum.name = name,
-            Record::ThreadExit { name, .. } => {
-                sum.name = name;
-                sum.exited = true;
-            }
-            Record::Lost { count, .. } => sum.lost += count,
-            _ => {}
         }
     }
-    let end = sum.last_tsc;
-    while !stack.is_empty() {
-        close(&mut stack, v, end, true);
-        sum.incomplete += 1;
+    events.into_summary()
+}
+
+/// A normalised event of one thread: entries and exits with absolute
+/// timestamps, gaps already resolved into synthetic exits (of calls whose
+/// exit was lost) and synthetic entries (of calls whose entry was lost,
+/// function 0), and open calls closed at the end of the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A call was entered; `depth` is its depth (0 = outermost).
+    Enter {
+        /// Function key (0 = unknown, entry lost).
+        func: u64,
+        /// Entry TSC.
+        tsc: u64,
+        /// Depth of the call.
+        depth: usize,
+    },
+    /// The innermost open call returned.
+    Exit {
+        /// Exit TSC.
+        tsc: u64,
+        /// The exit was not recorded (lost in a gap or the stream ended).
+        incomplete: bool,
+    },
+}
+
+/// Iterator of one thread's [`Event`]s with bounded memory (one decoded
+/// chunk and the open depth). Thread facts seen on the way accumulate in
+/// [`Events::summary`].
+pub struct Events<'t> {
+    reader: ThreadReader<'t>,
+    depth: usize,
+    pending: std::collections::VecDeque<Event>,
+    done: bool,
+    start_tsc: u64,
+    sum: ThreadSummary,
+}
+
+impl<'t> Events<'t> {
+    /// The events of thread `tid`.
+    pub fn new(trace: &'t Trace, tid: u32) -> Events<'t> {
+        Events {
+            reader: trace.stream(tid),
+            depth: 0,
+            pending: Default::default(),
+            done: false,
+            start_tsc: trace.header().start_tsc,
+            sum: ThreadSummary {
+                tid,
+                first_tsc: u64::MAX,
+                ..Default::default()
+            },
+        }
     }
-    if sum.first_tsc == u64::MAX {
-        sum.first_tsc = trace.header().start_tsc;
-        sum.last_tsc = sum.first_tsc;
+
+    /// The thread id.
+    pub fn tid(&self) -> u32 {
+        self.sum.tid
     }
-    sum.damage = reader.take_damage();
-    sum
+
+    /// What was learnt about the thread so far (complete once the iterator
+    /// is exhausted).
+    pub fn summary(&self) -> &ThreadSummary {
+        &self.sum
+    }
+
+    /// Consumes the iterator, returning the thread summary.
+    pub fn into_summary(mut self) -> ThreadSummary {
+        if self.sum.first_tsc == u64::MAX {
+            self.sum.first_tsc = self.start_tsc;
+            self.sum.last_tsc = self.sum.first_tsc;
+        }
+        self.sum.damage = self.reader.take_damage();
+        self.sum
+    }
+
+    fn see(&mut self, tsc: u64) {
+        self.sum.first_tsc = self.sum.first_tsc.min(tsc);
+        self.sum.last_tsc = self.sum.last_tsc.max(tsc);
+    }
+
+    fn exit(&mut self, tsc: u64, incomplete: bool) -> Event {
+        self.depth -= 1;
+        if incomplete {
+            self.sum.incomplete += 1;
+        }
+        Event::Exit { tsc, incomplete }
+    }
+
+    fn fill(&mut self) {
+        while self.pending.is_empty() {
+            let Some(item) = self.reader.next_item() else {
+                // Close what is still open at the last timestamp seen.
+                let end = self.sum.last_tsc;
+                while self.depth > 0 {
+                    let e = self.exit(end, true);
+                    self.pending.push_back(e);
+                }
+                self.done = true;
+                return;
+            };
+            let rec = match item {
+                StreamItem::Record(r) => r,
+                StreamItem::Gap { tsc, depth } => {
+                    let depth = depth as usize;
+                    while self.depth > depth {
+                        let e = self.exit(tsc, true);
+                        self.pending.push_back(e);
+                    }
+                    while self.depth < depth {
+                        self.pending.push_back(Event::Enter {
+                            func: 0,
+                            tsc,
+                            depth: self.depth,
+                        });
+                        self.depth += 1;
+                    }
+                    continue;
+                }
+            };
+            match rec {
+                Record::Entry { func, tsc } => {
+                    self.see(tsc);
+                    self.sum.events += 1;
+                    self.pending.push_back(Event::Enter {
+                        func,
+                        tsc,
+                        depth: self.depth,
+                    });
+                    self.depth += 1;
+                }
+                Record::Exit { tsc } | Record::TailExit { tsc } => {
+                    self.see(tsc);
+                    self.sum.events += 1;
+                    if self.depth == 0 {
+                        self.sum.unmatched_exits += 1;
+                    } else {
+                        let e = self.exit(tsc, false);
+                        self.pending.push_back(e);
+                    }
+                }
+                Record::ThreadStart { tsc, name } => {
+                    self.see(tsc);
+                    if self.sum.name.is_empty() {
+                        self.sum.name = name;
+                    }
+                }
+                Record::ThreadExit { tsc, name } => {
+                    self.see(tsc);
+                    self.sum.name = name;
+                    self.sum.exited = true;
+                }
+                Record::Lost { tsc, count } => {
+                    self.see(tsc);
+                    self.sum.lost += count;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Iterator for Events<'_> {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        if self.pending.is_empty() && !self.done {
+            self.fill();
+        }
+        self.pending.pop_front()
+    }
 }
 
 /// Converts TSC ticks to nanoseconds.
@@ -216,4 +328,74 @@ pub fn parse_duration(s: &str) -> Option<u64> {
         _ => return None,
     };
     (v >= 0.0).then_some((v * mult) as u64)
+}
+
+/// A function selector given on the command line (`--filter NAME`):
+/// matches a name equal to it, a name whose last path component is it
+/// (`fib` matches `mycrate::work::fib` and `fib(int)`), or, when it contains
+/// regular-expression syntax, names the expression finds a match in.
+#[derive(Debug, Clone)]
+pub struct NamePattern {
+    text: String,
+    regex: Option<regex::Regex>,
+}
+
+impl NamePattern {
+    /// Parses a selector; an invalid regular expression is an error.
+    pub fn new(text: &str) -> Result<NamePattern, regex::Error> {
+        let meta = text.contains([
+            '^', '$', '*', '+', '?', '[', ']', '|', '\\', '{', '}', '.', '(', ')',
+        ]);
+        let regex = if meta {
+            Some(regex::Regex::new(text)?)
+        } else {
+            None
+        };
+        Ok(NamePattern {
+            text: text.to_string(),
+            regex,
+        })
+    }
+
+    /// Whether `name` is selected.
+    pub fn matches(&self, name: &str) -> bool {
+        if name == self.text {
+            return true;
+        }
+        // Strip a C++ parameter list, then compare the last component.
+        let base = name.split('(').next().unwrap_or(name);
+        let last = base.rsplit("::").next().unwrap_or(base);
+        if last == self.text || base == self.text {
+            return true;
+        }
+        self.regex.as_ref().is_some_and(|r| r.is_match(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_patterns() {
+        let p = NamePattern::new("fib").unwrap();
+        assert!(p.matches("fib"));
+        assert!(p.matches("fib_example::work::fib"));
+        assert!(p.matches("fib(int)"));
+        assert!(p.matches("ns::fib(int)"));
+        assert!(!p.matches("fib_example::work::run"));
+        let p = NamePattern::new("work::fib").unwrap();
+        assert!(p.matches("work::fib"));
+        assert!(!p.matches("fib_example::work::fib"));
+        let p = NamePattern::new("^fib_example::.*::run$").unwrap();
+        assert!(p.matches("fib_example::work::run"));
+        assert!(!p.matches("fib_example::work::fib"));
+        assert!(NamePattern::new("fib(").is_err());
+        let p = NamePattern::new("ns::fib(int)").unwrap();
+        assert!(p.matches("ns::fib(int)"));
+        assert_eq!(parse_duration("10us"), Some(10_000));
+        assert_eq!(parse_duration("1.5ms"), Some(1_500_000));
+        assert_eq!(parse_duration("7"), Some(7));
+        assert_eq!(parse_duration("3 weeks"), None);
+    }
 }

@@ -6,7 +6,9 @@ use std::io::{self, Write};
 use fntrace_format::{Ending, Trace};
 use serde::Serialize;
 
-use crate::analysis::{Call, Clock, ThreadSummary, Visitor, fmt_ns, walk_thread};
+use crate::analysis::{
+    Call, Clock, Event, Events, NamePattern, ThreadSummary, Visitor, fmt_ns, walk_thread,
+};
 use crate::symbols::Symbolizer;
 
 /// One row of `fntrace report`.
@@ -196,7 +198,7 @@ pub struct ReplayOptions {
     /// Show calls at depth < N only (relative to a filter's match).
     pub depth: Option<usize>,
     /// Show only subtrees rooted at functions whose name contains this.
-    pub filter: Option<String>,
+    pub filter: Option<NamePattern>,
     /// Hide calls shorter than this (ns).
     pub threshold_ns: u64,
     /// Only this thread.
@@ -205,115 +207,174 @@ pub struct ReplayOptions {
     pub srcline: bool,
 }
 
-struct Collect {
-    calls: Vec<Call>,
-    open: Vec<usize>,
+/// One open call of a thread being replayed.
+struct Frame {
+    func: u64,
+    start: u64,
+    /// Depth relative to the root of the filtered subtree, if inside one.
+    rel: Option<usize>,
+    /// Whether this call may be shown (inside a subtree, within `--depth`).
+    eligible: bool,
+    /// Its opening line `name() {` was printed.
+    opened: bool,
 }
 
-impl Visitor for Collect {
-    fn enter(&mut self, func: u64, depth: usize, tsc: u64) {
-        self.open.push(self.calls.len());
-        self.calls.push(Call {
-            func,
-            depth,
-            start: tsc,
-            end: 0,
-            children: 0,
-            recursive: false,
-            incomplete: true,
-        });
-    }
-    fn call(&mut self, c: &Call) {
-        // No open entry: a call whose entry was lost in a gap.
-        if let Some(i) = self.open.pop() {
-            self.calls[i] = *c;
+/// Replay state of one thread.
+struct ThreadView<'t> {
+    tid: u32,
+    events: std::iter::Peekable<Events<'t>>,
+    stack: Vec<Frame>,
+}
+
+struct Replayer<'a, 't> {
+    out: &'a mut dyn Write,
+    sym: Symbolizer<'t>,
+    clock: Clock,
+    o: &'a ReplayOptions,
+    matches: HashMap<u64, bool>,
+}
+
+impl Replayer<'_, '_> {
+    fn matches(&mut self, func: u64) -> bool {
+        let Some(f) = &self.o.filter else {
+            return true;
+        };
+        if let Some(&m) = self.matches.get(&func) {
+            return m;
         }
+        let m = f.matches(self.sym.name(func));
+        self.matches.insert(func, m);
+        m
+    }
+
+    fn src(&mut self, func: u64) -> String {
+        if !self.o.srcline {
+            return String::new();
+        }
+        self.sym
+            .srcline(func)
+            .map(|s| format!(" /* {s} */"))
+            .unwrap_or_default()
+    }
+
+    /// Prints the opening lines of the shown frames of `stack` not printed yet.
+    fn open_ancestors(&mut self, tid: u32, stack: &mut [Frame]) -> io::Result<()> {
+        for f in stack.iter_mut() {
+            if f.eligible && !f.opened {
+                f.opened = true;
+                let indent = "  ".repeat(f.rel.unwrap_or(0));
+                let name = self.sym.name(f.func).to_string();
+                let src = self.src(f.func);
+                writeln!(self.out, "{:>12} [{tid:>6}] | {indent}{name}() {{{src}", "")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, t: &mut ThreadView<'_>, ev: Event) -> io::Result<()> {
+        match ev {
+            Event::Enter { func, tsc, .. } => {
+                let rel = match t.stack.last() {
+                    Some(Frame { rel: Some(r), .. }) => Some(r + 1),
+                    _ if self.matches(func) => Some(0),
+                    _ => None,
+                };
+                let eligible = rel.is_some_and(|r| self.o.depth.is_none_or(|d| r < d));
+                // Without a threshold every eligible call is shown, so its
+                // parent can be opened now, keeping lines in time order.
+                if eligible && self.o.threshold_ns == 0 {
+                    self.open_ancestors(t.tid, &mut t.stack)?;
+                }
+                t.stack.push(Frame {
+                    func,
+                    start: tsc,
+                    rel,
+                    eligible,
+                    opened: false,
+                });
+            }
+            Event::Exit { tsc, incomplete } => {
+                let Some(f) = t.stack.pop() else {
+                    return Ok(());
+                };
+                let dur = self.clock.ns(tsc.saturating_sub(f.start));
+                if !f.eligible || dur < self.o.threshold_ns {
+                    return Ok(());
+                }
+                self.open_ancestors(t.tid, &mut t.stack)?;
+                let tid = t.tid;
+                let d = fmt_ns(dur);
+                let indent = "  ".repeat(f.rel.unwrap_or(0));
+                let name = self.sym.name(f.func).to_string();
+                let note = if incomplete {
+                    " (no exit recorded)"
+                } else {
+                    ""
+                };
+                if f.opened {
+                    writeln!(
+                        self.out,
+                        "{d:>12} [{tid:>6}] | {indent}}} /* {name}{note} */"
+                    )?;
+                } else {
+                    let src = self.src(f.func);
+                    let note = if incomplete {
+                        " /* no exit recorded */"
+                    } else {
+                        ""
+                    };
+                    writeln!(
+                        self.out,
+                        "{d:>12} [{tid:>6}] | {indent}{name}();{src}{note}"
+                    )?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
-/// Writes the call tree of every thread, uftrace style.
+fn event_tsc(ev: &Event) -> u64 {
+    match *ev {
+        Event::Enter { tsc, .. } | Event::Exit { tsc, .. } => tsc,
+    }
+}
+
+/// Writes the call tree, uftrace style: threads are merged in time order
+/// (each line carries its thread id), memory stays bounded by the open call
+/// depth and one decoded chunk per thread.
 pub fn write_replay(out: &mut dyn Write, trace: &Trace, o: &ReplayOptions) -> io::Result<()> {
-    let clock = Clock::of(trace);
-    let mut sym = Symbolizer::new(trace.metadata());
-    writeln!(out, "# DURATION     TID     FUNCTION")?;
-    for tid in trace.thread_ids() {
-        if o.tid.is_some_and(|t| t != tid) {
-            continue;
+    let mut r = Replayer {
+        out,
+        sym: Symbolizer::new(trace.metadata()),
+        clock: Clock::of(trace),
+        o,
+        matches: HashMap::new(),
+    };
+    writeln!(r.out, "# DURATION     TID     FUNCTION")?;
+    let mut threads: Vec<ThreadView> = trace
+        .thread_ids()
+        .into_iter()
+        .filter(|t| o.tid.is_none_or(|x| x == *t))
+        .map(|tid| ThreadView {
+            tid,
+            events: Events::new(trace, tid).peekable(),
+            stack: vec![],
+        })
+        .collect();
+    // Min-heap of (next timestamp, thread index).
+    let mut heap = std::collections::BinaryHeap::new();
+    for (i, t) in threads.iter_mut().enumerate() {
+        if let Some(ev) = t.events.peek() {
+            heap.push(std::cmp::Reverse((event_tsc(ev), i)));
         }
-        let mut c = Collect {
-            calls: vec![],
-            open: vec![],
-        };
-        walk_thread(trace, tid, &mut c);
-        let calls = c.calls;
-        // Indices of calls to show, with their displayed depth.
-        let mut shown: Vec<(usize, usize)> = vec![];
-        let mut root_depth: Option<usize> = None;
-        let mut skip_below: Option<usize> = None;
-        for (i, call) in calls.iter().enumerate() {
-            if let Some(d) = skip_below {
-                if call.depth > d {
-                    continue;
-                }
-                skip_below = None;
-            }
-            if let Some(r) = root_depth {
-                if call.depth <= r && i > 0 {
-                    root_depth = None;
-                }
-            }
-            if root_depth.is_none() {
-                match &o.filter {
-                    Some(f) if !sym.name(call.func).contains(f.as_str()) => continue,
-                    _ => root_depth = Some(call.depth),
-                }
-            }
-            let rel = call.depth - root_depth.unwrap_or(0);
-            if o.depth.is_some_and(|d| rel >= d) {
-                continue;
-            }
-            if clock.ns(call.end - call.start) < o.threshold_ns {
-                skip_below = Some(call.depth);
-                continue;
-            }
-            shown.push((i, rel));
-        }
-        let mut open: Vec<(usize, usize)> = vec![];
-        let close = |out: &mut dyn Write, sym: &mut Symbolizer, i: usize, rel: usize| {
-            let a = &calls[i];
-            let d = fmt_ns(clock.ns(a.end - a.start));
-            let n = sym.name(a.func).to_string();
-            writeln!(out, "{d:>12} [{tid:>6}] | {}}} /* {n} */", "  ".repeat(rel))
-        };
-        for (k, &(i, rel)) in shown.iter().enumerate() {
-            while let Some(&(oi, orel)) = open.last() {
-                if orel < rel {
-                    break;
-                }
-                close(out, &mut sym, oi, orel)?;
-                open.pop();
-            }
-            let call = &calls[i];
-            let has_children = shown.get(k + 1).is_some_and(|&(_, r)| r > rel);
-            let indent = "  ".repeat(rel);
-            let name = sym.name(call.func).to_string();
-            let src = if o.srcline {
-                sym.srcline(call.func)
-                    .map(|s| format!(" /* {s} */"))
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
-            if has_children {
-                writeln!(out, "{:>12} [{tid:>6}] | {indent}{name}() {{{src}", "")?;
-                open.push((i, rel));
-            } else {
-                let dur = fmt_ns(clock.ns(call.end - call.start));
-                writeln!(out, "{dur:>12} [{tid:>6}] | {indent}{name}();{src}")?;
-            }
-        }
-        while let Some((oi, orel)) = open.pop() {
-            close(out, &mut sym, oi, orel)?;
+    }
+    while let Some(std::cmp::Reverse((_, i))) = heap.pop() {
+        let t = &mut threads[i];
+        let Some(ev) = t.events.next() else { continue };
+        r.event(t, ev)?;
+        if let Some(ev) = t.events.peek() {
+            heap.push(std::cmp::Reverse((event_tsc(ev), i)));
         }
     }
     Ok(())

@@ -8,7 +8,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use fntrace_cli::analysis::parse_duration;
+use fntrace_cli::analysis::{NamePattern, parse_duration};
 use fntrace_cli::commands::{
     Format, ReplayOptions, SortKey, report_rows, write_info, write_replay, write_report,
 };
@@ -62,7 +62,8 @@ enum Cmd {
         /// Show this many levels.
         #[arg(short = 'D', long)]
         depth: Option<usize>,
-        /// Only subtrees of functions whose name contains this.
+        /// Only subtrees of these functions: a full name, a last path
+        /// component (`fib`), or a regular expression (`^app::.*::run$`).
         #[arg(short = 'F', long)]
         filter: Option<String>,
         /// Hide calls shorter than this (e.g. 10us).
@@ -156,6 +157,12 @@ fn run() -> Result<ExitCode> {
                 Some(s) => parse_duration(&s)
                     .with_context(|| format!("bad --threshold {s:?} (use e.g. 10us, 1ms)"))?,
                 None => 0,
+            };
+            let filter = match filter {
+                Some(f) => {
+                    Some(NamePattern::new(&f).with_context(|| format!("bad --filter {f:?}"))?)
+                }
+                None => None,
             };
             let o = ReplayOptions {
                 depth,

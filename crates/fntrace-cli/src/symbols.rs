@@ -26,6 +26,8 @@ pub fn demangle(name: &str) -> String {
 
 struct ModuleSyms {
     info: ModuleInfo,
+    /// DWARF line tables, loaded on first use (`None` inside: none found).
+    dwarf: Option<Option<addr2line::Loader>>,
     /// (link-time address, size, demangled name), sorted by address.
     syms: Vec<(u64, u64, String)>,
 }
@@ -48,6 +50,7 @@ impl ModuleSyms {
         syms.dedup_by_key(|s| s.0);
         ModuleSyms {
             info: info.clone(),
+            dwarf: None,
             syms,
         }
     }
@@ -86,12 +89,26 @@ impl<'m> Symbolizer<'m> {
         &self.cache[&key]
     }
 
-    /// `file:line` of a function when known.
-    pub fn srcline(&self, key: u64) -> Option<String> {
-        self.meta
-            .sites
-            .get(&key)
-            .map(|s| format!("{}:{}", s.file, s.line))
+    /// `file:line` of a function when known: from the site table for
+    /// source instrumentation, else from the module's DWARF line table.
+    pub fn srcline(&mut self, key: u64) -> Option<String> {
+        if let Some(s) = self.meta.sites.get(&key) {
+            return Some(format!("{}:{}", s.file, s.line));
+        }
+        let i = self.meta.modules.iter().position(|m| m.contains(key))?;
+        let m = self.modules[i].get_or_insert_with(|| ModuleSyms::load(&self.meta.modules[i]));
+        let link = key.wrapping_sub(m.info.bias);
+        let path = m.info.path.clone();
+        let loader = m
+            .dwarf
+            .get_or_insert_with(|| addr2line::Loader::new(&path).ok())
+            .as_ref()?;
+        let loc = loader.find_location(link).ok()??;
+        let file = loc.file?;
+        Some(match loc.line {
+            Some(l) => format!("{file}:{l}"),
+            None => file.to_string(),
+        })
     }
 
     fn resolve(&mut self, key: u64) -> String {

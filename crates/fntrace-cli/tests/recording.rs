@@ -242,3 +242,157 @@ fn async_fn_records_one_call_per_poll() {
     assert_eq!(c.by_name["recording::scen::pending_once"], 2);
     assert_eq!(c.incomplete, 0);
 }
+
+/// One parsed line of `fntrace replay`.
+#[derive(Debug)]
+struct Line {
+    dur: Option<String>,
+    tid: u32,
+    level: usize,
+    text: String,
+}
+
+fn replay(t: &Trace, o: &fntrace_cli::commands::ReplayOptions) -> Vec<Line> {
+    let mut out = vec![];
+    fntrace_cli::commands::write_replay(&mut out, t, o).unwrap();
+    let s = String::from_utf8(out).unwrap();
+    let mut lines = s.lines();
+    assert_eq!(lines.next().unwrap(), "# DURATION     TID     FUNCTION");
+    lines
+        .map(|l| {
+            let (head, body) = l.split_once(" | ").expect(l);
+            let (dur, tid) = head.split_once('[').expect(l);
+            let body = body.to_string();
+            let level = (body.len() - body.trim_start().len()) / 2;
+            Line {
+                dur: Some(dur.trim().to_string()).filter(|d| !d.is_empty()),
+                tid: tid.trim_end_matches(']').trim().parse().unwrap(),
+                level,
+                text: body.trim_start().to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Checks that every thread's lines form a well-nested tree and returns
+/// the number of calls shown per thread.
+fn check_nesting(lines: &[Line]) -> HashMap<u32, u64> {
+    let mut stacks: HashMap<u32, Vec<String>> = HashMap::new();
+    let mut shown: HashMap<u32, u64> = HashMap::new();
+    for l in lines {
+        let st = stacks.entry(l.tid).or_default();
+        let closing = l.text.starts_with('}');
+        assert_eq!(
+            l.level + closing as usize,
+            st.len(),
+            "bad indentation: {l:?}"
+        );
+        let open = l
+            .text
+            .split_once("() {")
+            .filter(|(_, r)| r.is_empty() || r.starts_with(" /* "));
+        if let Some((name, _)) = open {
+            assert!(l.dur.is_none());
+            st.push(name.to_string());
+            *shown.entry(l.tid).or_default() += 1;
+        } else if let Some(rest) = l.text.strip_prefix("} /* ") {
+            let name = st.pop().expect("close without open");
+            assert_eq!(rest, format!("{name} */"));
+            assert!(l.dur.is_some());
+        } else {
+            assert!(l.text.contains("();"), "{l:?}");
+            assert!(l.dur.is_some());
+            *shown.entry(l.tid).or_default() += 1;
+        }
+    }
+    for (tid, st) in stacks {
+        assert!(st.is_empty(), "thread {tid} left open: {st:?}");
+    }
+    shown
+}
+
+#[test]
+fn replay_interleaves_threads_and_keeps_each_nested() {
+    let (_d, p) = run_child("threads");
+    let t = Trace::open(&p).unwrap();
+    let lines = replay(&t, &Default::default());
+    let shown = check_nesting(&lines);
+    let full: Vec<_> = shown.values().filter(|&&n| n == 2 * 987 - 1).collect();
+    assert_eq!(full.len(), 8, "{shown:?}");
+    // --tid keeps one thread only.
+    let one = *shown.keys().next().unwrap();
+    let lines = replay(
+        &t,
+        &fntrace_cli::commands::ReplayOptions {
+            tid: Some(one),
+            ..Default::default()
+        },
+    );
+    assert!(lines.iter().all(|l| l.tid == one));
+}
+
+#[test]
+fn replay_depth_threshold_filter_and_srcline() {
+    use fntrace_cli::analysis::NamePattern;
+    use fntrace_cli::commands::ReplayOptions;
+    let (_d, p) = run_child("fib");
+    let t = Trace::open(&p).unwrap();
+    // --depth 3: levels 0..2 only, 1 + 2 + 4 calls of fib(20).
+    let lines = replay(
+        &t,
+        &ReplayOptions {
+            depth: Some(3),
+            ..Default::default()
+        },
+    );
+    let shown = check_nesting(&lines);
+    assert_eq!(shown.values().sum::<u64>(), 7);
+    assert!(lines.iter().all(|l| l.level < 3));
+    // --filter: subtrees of fib only, levels relative to the match.
+    let lines = replay(
+        &t,
+        &ReplayOptions {
+            depth: Some(2),
+            filter: Some(NamePattern::new("fib").unwrap()),
+            srcline: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(check_nesting(&lines).values().sum::<u64>(), 3);
+    assert!(lines[0].text.contains("recording::scen::fib() { /* "));
+    assert!(
+        lines[0].text.contains("recording.rs:15 */"),
+        "{:?}",
+        lines[0]
+    );
+    // A filter that matches nothing shows nothing.
+    let lines = replay(
+        &t,
+        &ReplayOptions {
+            filter: Some(NamePattern::new("nothing_here").unwrap()),
+            ..Default::default()
+        },
+    );
+    assert!(lines.is_empty());
+    // --threshold: every shown call is at least that long, and the short
+    // leaves are gone while the tree stays nested.
+    let all = replay(&t, &Default::default()).len();
+    let lines = replay(
+        &t,
+        &ReplayOptions {
+            threshold_ns: 2_000,
+            ..Default::default()
+        },
+    );
+    check_nesting(&lines);
+    assert!(
+        !lines.is_empty() && lines.len() < all / 4,
+        "{} of {all}",
+        lines.len()
+    );
+    for l in &lines {
+        let d = l.dur.as_deref().unwrap_or("2 us");
+        let ns = fntrace_cli::analysis::parse_duration(&d.replace(' ', "")).unwrap();
+        assert!(ns >= 2_000, "{l:?}");
+    }
+}
