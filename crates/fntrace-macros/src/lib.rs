@@ -2,10 +2,12 @@
 #![forbid(unsafe_code)]
 
 use proc_macro::TokenStream;
-use proc_macro2::{Span, TokenStream as TokenStream2};
-use quote::{quote, quote_spanned};
-use syn::spanned::Spanned;
-use syn::{Attribute, Error, ImplItem, Item, Meta, ReturnType, TraitItem, Type};
+use proc_macro2::{Delimiter, Span, TokenStream as TokenStream2, TokenTree};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::{
+    Attribute, Error, ForeignItem, ImplItem, Item, LitStr, Meta, ReturnType, TraitItem,
+    TraitItemFn, Type,
+};
 
 /// Instruments functions for fntrace: every call records an entry and, on
 /// every way out (return, `?`, panic unwinding), an exit.
@@ -28,16 +30,17 @@ use syn::{Attribute, Error, ImplItem, Item, Meta, ReturnType, TraitItem, Type};
 ///
 /// `async fn`: one entry and one exit per poll of the function's future, so
 /// time waiting between polls is not counted and every recorded call stays
-/// on one thread. `const fn`s, functions without bodies and items in
-/// `extern` blocks inside a container are left alone; on a `const fn`
-/// directly the attribute is an error.
+/// on one thread.
+///
+/// `const fn`s and functions without bodies inside a container are left
+/// alone; turning the attribute on for one of them (directly, or explicitly
+/// inside a container) is an error. On any other kind of item (a struct, a
+/// const, an `extern` block or its items, `mod name;`, ...) the attribute is
+/// an error, even `off`, and so is more than one `#[instrument_fn]` on an
+/// item.
 #[proc_macro_attribute]
 pub fn instrument_fn(args: TokenStream, input: TokenStream) -> TokenStream {
-    let args = TokenStream2::from(args);
-    match expand(args, input.into()) {
-        Ok(t) => t.into(),
-        Err(e) => e.to_compile_error().into(),
-    }
+    expand(args.into(), input.into()).into()
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -46,19 +49,32 @@ enum Mode {
     Off,
 }
 
-fn parse_value(tokens: &TokenStream2, span: Span) -> syn::Result<Mode> {
-    let s = tokens.to_string();
-    match s.trim().trim_matches('"') {
-        "" | "on" => Ok(Mode::On),
+/// Parses the attribute's value: nothing, `on`/`off` or `"on"`/`"off"`.
+fn parse_value(tokens: &TokenStream2) -> syn::Result<Mode> {
+    let bad = || {
+        Error::new_spanned(
+            tokens,
+            format!("expected `on` or `off` as the value of #[instrument_fn], found `{tokens}`"),
+        )
+    };
+    let mut it = tokens.clone().into_iter();
+    let word = match (it.next(), it.next()) {
+        (None, _) => return Ok(Mode::On),
+        (Some(TokenTree::Ident(i)), None) => i.to_string(),
+        (Some(TokenTree::Literal(l)), None) => match syn::parse2::<LitStr>(l.into_token_stream()) {
+            Ok(s) => s.value(),
+            Err(_) => return Err(bad()),
+        },
+        // A value passed through a `macro_rules!` fragment.
+        (Some(TokenTree::Group(g)), None) if g.delimiter() == Delimiter::None => {
+            return parse_value(&g.stream());
+        }
+        _ => return Err(bad()),
+    };
+    match word.as_str() {
+        "on" => Ok(Mode::On),
         "off" => Ok(Mode::Off),
-        _ => Err(Error::new(
-            if tokens.is_empty() {
-                span
-            } else {
-                tokens.span()
-            },
-            "expected \"on\" or \"off\"",
-        )),
+        _ => Err(bad()),
     }
 }
 
@@ -69,78 +85,167 @@ fn is_ours(a: &Attribute) -> bool {
         .is_some_and(|s| s.ident == "instrument_fn")
 }
 
-/// Takes our attribute out of `attrs`, returning its mode if present.
-fn take_mode(attrs: &mut Vec<Attribute>) -> syn::Result<Option<Mode>> {
+/// Errors collected while walking a container, so that all are reported.
+#[derive(Default)]
+struct Errors(Option<Error>);
+
+impl Errors {
+    fn push(&mut self, e: Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+}
+
+/// Takes our attribute out of `attrs`, returning its mode if present (an
+/// explicit mode); more than one is an error.
+fn take_mode(attrs: &mut Vec<Attribute>, errs: &mut Errors) -> Option<Mode> {
+    take_mode_at(attrs, errs).map(|(m, _)| m)
+}
+
+/// [`take_mode`], also returning the attribute, for errors about the item.
+fn take_mode_at(attrs: &mut Vec<Attribute>, errs: &mut Errors) -> Option<(Mode, Attribute)> {
     let mut mode = None;
-    let mut err = None;
+    let mut seen = false;
     attrs.retain(|a| {
         if !is_ours(a) {
             return true;
         }
+        if seen {
+            errs.push(duplicate(a));
+            return false;
+        }
+        seen = true;
         let m = match &a.meta {
             Meta::Path(_) => Ok(Mode::On),
-            Meta::List(l) => parse_value(&l.tokens, l.span()),
-            Meta::NameValue(nv) => {
-                let v = &nv.value;
-                parse_value(&quote!(#v), nv.value.span())
-            }
+            Meta::List(l) => parse_value(&l.tokens),
+            Meta::NameValue(nv) => parse_value(&nv.value.to_token_stream()),
         };
         match m {
-            Ok(m) => mode = Some(m),
-            Err(e) => err = Some(e),
+            Ok(m) => mode = Some((m, a.clone())),
+            Err(e) => errs.push(e),
         }
         false
     });
-    match err {
-        Some(e) => Err(e),
-        None => Ok(mode),
-    }
+    mode
 }
 
-fn expand(args: TokenStream2, input: TokenStream2) -> syn::Result<TokenStream2> {
-    let mode = parse_value(&args, Span::call_site())?;
-    let mut item: Item = syn::parse2(input)?;
-    if mode == Mode::Off {
-        strip_item(&mut item)?;
-        return Ok(quote!(#item));
+fn duplicate(a: &Attribute) -> Error {
+    Error::new_spanned(a, "#[instrument_fn] is given more than once on this item")
+}
+
+/// Removes our attributes from `attrs`, reporting each: they are not
+/// allowed on the item they are on (`what`).
+fn reject(attrs: &mut Vec<Attribute>, what: &str, errs: &mut Errors) {
+    attrs.retain(|a| {
+        if is_ours(a) {
+            errs.push(Error::new_spanned(a, not_applicable(what)));
+            false
+        } else {
+            true
+        }
+    });
+}
+
+fn not_applicable(what: &str) -> String {
+    format!(
+        "#[instrument_fn] applies to functions, methods, impl blocks, traits and inline modules, not to {what}"
+    )
+}
+
+fn const_fn_error(constness: &syn::token::Const) -> Error {
+    Error::new(
+        constness.span,
+        "cannot instrument a const fn (remove #[instrument_fn], or `const`)",
+    )
+}
+
+const NO_BODY: &str =
+    "cannot instrument a function without a body (a required trait method or a foreign function)";
+
+/// The expansion: the item (with our attributes removed, instrumented as far
+/// as it could be) followed by any errors, so that one mistake does not
+/// cause follow-on errors about a missing item.
+fn expand(args: TokenStream2, input: TokenStream2) -> TokenStream2 {
+    let mut errs = Errors::default();
+    let mode = parse_value(&args).unwrap_or_else(|e| {
+        errs.push(e);
+        Mode::On
+    });
+    let mut item: Item = match syn::parse2(input) {
+        Ok(i) => i,
+        Err(e) => return e.to_compile_error(),
+    };
+    // Another of our attributes on the same item would expand again (or,
+    // inside a container, decide the mode): either way a mistake.
+    if let Some(attrs) = item_attrs(&mut item) {
+        attrs.retain(|a| {
+            if is_ours(a) {
+                errs.push(duplicate(a));
+                false
+            } else {
+                true
+            }
+        });
     }
     match &mut item {
         Item::Fn(f) => {
-            if f.sig.constness.is_some() {
-                return Err(Error::new(
-                    f.sig.constness.span(),
-                    "cannot instrument a const fn",
-                ));
+            if let Some(c) = &f.sig.constness {
+                if mode == Mode::On {
+                    errs.push(const_fn_error(c));
+                }
+            } else if mode == Mode::On {
+                let name = f.sig.ident.to_string();
+                let naming = if f.sig.receiver().is_some() {
+                    Naming::SelfType(name)
+                } else {
+                    Naming::Path(name)
+                };
+                instrument_block(&mut f.block, &f.sig, naming);
             }
-            let name = f.sig.ident.to_string();
-            let naming = if f.sig.receiver().is_some() {
-                Naming::SelfType(name)
-            } else {
-                Naming::Path(name)
-            };
-            instrument_block(&mut f.block, &f.sig, naming);
         }
-        Item::Mod(m) => {
-            if m.content.is_none() {
-                return Err(Error::new(
-                    m.span(),
-                    "#[instrument_fn] applies to inline modules only (`mod name { ... }`)",
-                ));
+        Item::Mod(m) if m.content.is_none() => errs.push(Error::new(
+            Span::call_site(),
+            format!(
+                "#[instrument_fn] cannot see into `mod {};` (a module in another file): put it on the items in that file, or use an inline module (`mod {} {{ ... }}`)",
+                m.ident, m.ident
+            ),
+        )),
+        Item::Mod(_) | Item::Impl(_) | Item::Trait(_) => instrument_item(&mut item, mode, &mut errs),
+        Item::Verbatim(v) if syn::parse2::<TraitItemFn>(v.clone()).is_ok() => {
+            if mode == Mode::On {
+                errs.push(Error::new(Span::call_site(), NO_BODY));
             }
-            instrument_item(&mut item, Mode::On)?;
         }
-        Item::Impl(_) | Item::Trait(_) => instrument_item(&mut item, Mode::On)?,
-        other => {
-            return Err(Error::new(
-                Span::call_site(),
-                format!(
-                    "#[instrument_fn] applies to functions, methods, impl blocks, traits and inline modules, not to {}",
-                    kind(other)
-                ),
-            ));
-        }
+        other => errs.push(Error::new(Span::call_site(), not_applicable(kind(other)))),
     }
-    Ok(quote!(#item))
+    let mut out = item.into_token_stream();
+    if let Some(e) = errs.0 {
+        out.extend(e.to_compile_error());
+    }
+    out
+}
+
+fn item_attrs(i: &mut Item) -> Option<&mut Vec<Attribute>> {
+    Some(match i {
+        Item::Const(x) => &mut x.attrs,
+        Item::Enum(x) => &mut x.attrs,
+        Item::ExternCrate(x) => &mut x.attrs,
+        Item::Fn(x) => &mut x.attrs,
+        Item::ForeignMod(x) => &mut x.attrs,
+        Item::Impl(x) => &mut x.attrs,
+        Item::Macro(x) => &mut x.attrs,
+        Item::Mod(x) => &mut x.attrs,
+        Item::Static(x) => &mut x.attrs,
+        Item::Struct(x) => &mut x.attrs,
+        Item::Trait(x) => &mut x.attrs,
+        Item::TraitAlias(x) => &mut x.attrs,
+        Item::Type(x) => &mut x.attrs,
+        Item::Union(x) => &mut x.attrs,
+        Item::Use(x) => &mut x.attrs,
+        _ => return None,
+    })
 }
 
 fn kind(i: &Item) -> &'static str {
@@ -153,14 +258,11 @@ fn kind(i: &Item) -> &'static str {
         Item::Use(_) => "a use declaration",
         Item::Type(_) => "a type alias",
         Item::ForeignMod(_) => "an extern block",
-        Item::Macro(_) => "a macro invocation",
+        Item::Macro(_) => "a macro invocation or definition",
+        Item::ExternCrate(_) => "an extern crate declaration",
+        Item::TraitAlias(_) => "a trait alias",
         _ => "this item",
     }
-}
-
-/// Removes our attributes from everything inside an item that is off.
-fn strip_item(item: &mut Item) -> syn::Result<()> {
-    instrument_item(item, Mode::Off)
 }
 
 enum Naming {
@@ -175,32 +277,54 @@ enum Naming {
 }
 
 /// Instruments everything inside `item` whose effective mode is on; `mode`
-/// is the mode inherited from the container.
-fn instrument_item(item: &mut Item, mode: Mode) -> syn::Result<()> {
+/// is the mode inherited from the container. Our attributes on items
+/// inside are removed (and applied); errors go to `errs`.
+fn instrument_item(item: &mut Item, mode: Mode, errs: &mut Errors) {
     match item {
         Item::Fn(f) => {
-            let m = take_mode(&mut f.attrs)?.unwrap_or(mode);
-            if m == Mode::On && f.sig.constness.is_none() {
-                let name = f.sig.ident.to_string();
-                instrument_block(&mut f.block, &f.sig, Naming::Path(name));
+            let explicit = take_mode(&mut f.attrs, errs);
+            match (explicit.unwrap_or(mode), &f.sig.constness) {
+                (Mode::On, Some(c)) if explicit.is_some() => errs.push(const_fn_error(c)),
+                (Mode::On, None) => {
+                    let name = f.sig.ident.to_string();
+                    instrument_block(&mut f.block, &f.sig, Naming::Path(name));
+                }
+                _ => {}
             }
         }
         Item::Mod(md) => {
-            let m = take_mode(&mut md.attrs)?.unwrap_or(mode);
+            let m = take_mode(&mut md.attrs, errs).unwrap_or(mode);
             if let Some((_, items)) = &mut md.content {
                 for i in items {
-                    instrument_item(i, m)?;
+                    instrument_item(i, m, errs);
                 }
             }
         }
         Item::Impl(im) => {
-            let m = take_mode(&mut im.attrs)?.unwrap_or(mode);
+            let m = take_mode(&mut im.attrs, errs).unwrap_or(mode);
             let ty = type_name(&im.self_ty);
             let tr = im.trait_.as_ref().map(|(_, p, _)| path_name(p));
             for ii in &mut im.items {
-                if let ImplItem::Fn(f) = ii {
-                    let fm = take_mode(&mut f.attrs)?.unwrap_or(m);
-                    if fm == Mode::On && f.sig.constness.is_none() {
+                let f = match ii {
+                    ImplItem::Fn(f) => f,
+                    ImplItem::Const(c) => {
+                        reject(&mut c.attrs, "an associated const", errs);
+                        continue;
+                    }
+                    ImplItem::Type(t) => {
+                        reject(&mut t.attrs, "an associated type", errs);
+                        continue;
+                    }
+                    ImplItem::Macro(mc) => {
+                        reject(&mut mc.attrs, "a macro invocation", errs);
+                        continue;
+                    }
+                    _ => continue,
+                };
+                let explicit = take_mode(&mut f.attrs, errs);
+                match (explicit.unwrap_or(m), &f.sig.constness) {
+                    (Mode::On, Some(c)) if explicit.is_some() => errs.push(const_fn_error(c)),
+                    (Mode::On, None) => {
                         let name = f.sig.ident.to_string();
                         let naming = match &tr {
                             Some(t) => Naming::TraitImpl(ty.clone(), t.clone(), name),
@@ -208,25 +332,68 @@ fn instrument_item(item: &mut Item, mode: Mode) -> syn::Result<()> {
                         };
                         instrument_block(&mut f.block, &f.sig, naming);
                     }
+                    _ => {}
                 }
             }
         }
         Item::Trait(t) => {
-            let m = take_mode(&mut t.attrs)?.unwrap_or(mode);
+            let m = take_mode(&mut t.attrs, errs).unwrap_or(mode);
             let tn = t.ident.to_string();
             for ti in &mut t.items {
-                if let TraitItem::Fn(f) = ti {
-                    let fm = take_mode(&mut f.attrs)?.unwrap_or(m);
-                    if let (Mode::On, Some(block), None) = (fm, &mut f.default, f.sig.constness) {
+                let f = match ti {
+                    TraitItem::Fn(f) => f,
+                    TraitItem::Const(c) => {
+                        reject(&mut c.attrs, "an associated const", errs);
+                        continue;
+                    }
+                    TraitItem::Type(ty) => {
+                        reject(&mut ty.attrs, "an associated type", errs);
+                        continue;
+                    }
+                    TraitItem::Macro(mc) => {
+                        reject(&mut mc.attrs, "a macro invocation", errs);
+                        continue;
+                    }
+                    _ => continue,
+                };
+                let explicit = take_mode_at(&mut f.attrs, errs);
+                let fm = explicit.as_ref().map_or(m, |(m, _)| *m);
+                match (fm, &f.sig.constness, &mut f.default) {
+                    (Mode::Off, ..) => {}
+                    (Mode::On, Some(c), _) if explicit.is_some() => errs.push(const_fn_error(c)),
+                    (Mode::On, None, None) => {
+                        if let Some((_, a)) = &explicit {
+                            errs.push(Error::new_spanned(a, NO_BODY));
+                        }
+                    }
+                    (Mode::On, None, Some(block)) => {
                         let name = f.sig.ident.to_string();
                         instrument_block(block, &f.sig, Naming::Prefixed(tn.clone(), name));
                     }
+                    _ => {}
                 }
             }
         }
-        _ => {}
+        Item::ForeignMod(fm) => {
+            reject(&mut fm.attrs, "an extern block", errs);
+            for fi in &mut fm.items {
+                let attrs = match fi {
+                    ForeignItem::Fn(x) => &mut x.attrs,
+                    ForeignItem::Static(x) => &mut x.attrs,
+                    ForeignItem::Type(x) => &mut x.attrs,
+                    ForeignItem::Macro(x) => &mut x.attrs,
+                    _ => continue,
+                };
+                reject(attrs, "an item in an extern block", errs);
+            }
+        }
+        other => {
+            let what = kind(other);
+            if let Some(attrs) = item_attrs(other) {
+                reject(attrs, what, errs);
+            }
+        }
     }
-    Ok(())
 }
 
 fn path_name(p: &syn::Path) -> String {
@@ -270,21 +437,34 @@ fn instrument_block(block: &mut syn::Block, sig: &syn::Signature, naming: Naming
         quote!(::fntrace::__private::enter(&#site))
     };
     if sig.asyncness.is_some() {
+        // The declared output type lets the compiler infer the type of the
+        // `async` block (`impl Trait` cannot be named there: inferred).
         let ret = match &sig.output {
             ReturnType::Default => quote!(()),
-            ReturnType::Type(_, t) => {
-                if quote!(#t).to_string().contains("impl") {
-                    quote!(_)
-                } else {
-                    quote!(#t)
-                }
-            }
+            ReturnType::Type(_, t) if mentions_impl(&t.to_token_stream()) => quote!(_),
+            ReturnType::Type(_, t) => quote!(#t),
         };
         let stmts = &block.stmts;
-        let new: syn::Block = syn::parse_quote!({
-            #static_def
-            ::fntrace::__private::instrument_future::<#ret, _>(&#site, async move { #(#stmts)* }).await
-        });
+        let new: syn::Block = if self_type {
+            // `instrument_future` cannot take the `Self` type's name: the
+            // same, one entry and exit per poll, with `enter_method`.
+            let fut = syn::Ident::new("__fntrace_future", span);
+            let cx = syn::Ident::new("__fntrace_cx", span);
+            syn::parse_quote!({
+                #static_def
+                let mut #fut = ::core::pin::pin!(async move { #(#stmts)* });
+                ::core::future::poll_fn(move |#cx| -> ::core::task::Poll<#ret> {
+                    let #guard = #enter;
+                    ::core::future::Future::poll(::core::pin::Pin::as_mut(&mut #fut), #cx)
+                })
+                .await
+            })
+        } else {
+            syn::parse_quote!({
+                #static_def
+                ::fntrace::__private::instrument_future::<#ret, _>(&#site, async move { #(#stmts)* }).await
+            })
+        };
         *block = new;
     } else {
         let stmts = std::mem::take(&mut block.stmts);
@@ -295,4 +475,14 @@ fn instrument_block(block: &mut syn::Block, sig: &syn::Signature, naming: Naming
         });
         *block = new;
     }
+}
+
+/// Whether a type contains `impl Trait` (the keyword, not a name like
+/// `SimpleError`).
+fn mentions_impl(t: &TokenStream2) -> bool {
+    t.clone().into_iter().any(|tt| match tt {
+        TokenTree::Ident(i) => i == "impl",
+        TokenTree::Group(g) => mentions_impl(&g.stream()),
+        _ => false,
+    })
 }

@@ -1,0 +1,7 @@
+#[fntrace::instrument_fn]
+enum E {
+    A,
+    B(u8),
+}
+
+fn main() {}
