@@ -847,4 +847,25 @@ mod tests {
         assert_eq!(e.offset, 0);
         assert_eq!(e.problem, "record runs past the end of its chunk");
     }
+
+    #[test]
+    fn framed_lengths_are_checked_against_the_chunk() {
+        // A length of u64::MAX neither overflows nor allocates.
+        let mut buf = vec![TAG_SITE];
+        buf.extend([0xff; 9]);
+        buf.push(0x01);
+        let e = Decoder::new(&buf, 0).next_record().unwrap_err();
+        assert_eq!(e.problem, "record runs past the end of its chunk");
+        // One byte too long, then exactly long enough.
+        let buf = [TAG_LOST, 3, 1, 2];
+        let e = Decoder::new(&buf, 0).next_record().unwrap_err();
+        assert_eq!(e.problem, "record runs past the end of its chunk");
+        let buf = [TAG_LOST, 2, 1, 2];
+        let r = Decoder::new(&buf, 0).next_record().unwrap();
+        assert_eq!(r, Some(Record::Lost { tsc: 1, count: 2 }));
+        // A string length inside the record is checked against the record.
+        let buf = [TAG_THREAD_START, 3, 0, 0xff, 0x7f, 0];
+        let e = Decoder::new(&buf, 0).next_record().unwrap_err();
+        assert_eq!((e.offset, e.problem), (0, "malformed record"));
+    }
 }

@@ -7,12 +7,14 @@
 //! This crate owns the layout ([`layout`]), the event encoding and the
 //! writer primitives the runtime uses on its hot path ([`event`],
 //! [`varint`]), and a streaming reader ([`reader`]) whose memory is bounded
-//! by one chunk per open stream.
+//! by one chunk per open stream. [`writer`] builds whole trace files in memory
+//! for tests and offline tools.
 
 pub mod event;
 pub mod layout;
 pub mod reader;
 pub mod varint;
+pub mod writer;
 
 pub use event::{ModuleInfo, ProcessInfo, Record, SiteInfo};
 pub use reader::{Damage, Ending, Metadata, StreamItem, ThreadReader, Trace, TraceError};

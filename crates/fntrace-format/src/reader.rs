@@ -277,7 +277,12 @@ impl Trace {
             offset += chunk_size;
         }
         if let Some(f) = &self.fin {
-            let expected = self.header.header_size as u64 + f.chunks * chunk_size;
+            // A damaged count may not fit in 64 bits: the file is then short.
+            let expected = f
+                .chunks
+                .checked_mul(chunk_size)
+                .and_then(|n| n.checked_add(self.header.header_size as u64))
+                .unwrap_or(u64::MAX);
             if self.file_len < expected {
                 self.damage.push(Damage {
                     offset: self.file_len,
@@ -572,6 +577,20 @@ impl ThreadReader<'_> {
             });
             self.gap_after(c);
             return true;
+        }
+        if c.sealed() && len < c.available {
+            // Writers leave the rest of a sealed payload zero: data there
+            // means the seal fields (say, a flipped sealed flag) are wrong.
+            let mut next = [0u8; 1];
+            let at = payload_off + len as u64;
+            if self.trace.file.read_exact_at(&mut next, at).is_ok() && next[0] != 0 {
+                self.damage.push(Damage {
+                    offset: at,
+                    lost_bytes: (c.available - len) as u64,
+                    tid: Some(self.tid),
+                    problem: "data after the end of a sealed chunk; its seal is damaged".into(),
+                });
+            }
         }
         let mut dec = Decoder::new(&self.buf, h.base_tsc);
         loop {
