@@ -5,6 +5,9 @@
 //!   entry call and its exit guard, the per-poll future wrapper);
 //! - [`recorder`]: sessions, the `MAP_SHARED` trace file, per-thread
 //!   lock-free chunk buffers and the event hot path;
+//! - [`hooks`]: compiler instrumentation ABIs (mcount, fentry,
+//!   cyg_profile), the shadow stack and the exit trampoline;
+//! - [`filter`]: record-time depth limit and function filters;
 //! - [`clock`]: TSC timestamps and their calibration;
 //! - [`procinfo`]: the process description written into the trace (module
 //!   map, command line, thread names).
@@ -13,6 +16,8 @@
 //! `fntrace record` sets) or through [`recorder::start`].
 
 pub mod clock;
+pub mod filter;
+pub mod hooks;
 pub mod procinfo;
 pub mod recorder;
 pub mod site;

@@ -38,12 +38,14 @@ use fntrace_format::layout::{
 };
 
 use crate::clock;
+use crate::filter;
+use crate::hooks::shadow::{F_HIJACKED, F_NOTRACE, F_RECORDED, F_TRACE, Frame, Shadow};
 use crate::procinfo;
 use crate::site::Site;
 
 /// Id of the active session; 0 when not recording, [`UNINIT`] before the
 /// environment was looked at.
-static SESSION: AtomicU32 = AtomicU32::new(UNINIT);
+pub(crate) static SESSION: AtomicU32 = AtomicU32::new(UNINIT);
 /// `SESSION` before the first look at `FNTRACE_OUTPUT`.
 const UNINIT: u32 = u32::MAX;
 /// The active session (null when none). Sessions are leaked on purpose.
@@ -156,6 +158,8 @@ struct Session {
     threads: AtomicU32,
     header: Header,
     meta: Mutex<Cursor>,
+    /// Modules already described (start, size).
+    modules: Mutex<Vec<(u64, u64)>>,
 }
 
 // SAFETY: the raw pointers in `Session` point into a mapping that lives as
@@ -185,6 +189,13 @@ struct ThreadState {
     /// Events dropped and not yet reported in a `Lost` record.
     lost: u64,
     session_ptr: *const Session,
+    /// Calls of compiler-instrumented functions (return-address hijack
+    /// and explicit exits).
+    shadow: Shadow,
+    /// Active `-F` frames (record only inside one when `-F` is given).
+    trace_regions: u32,
+    /// Active `-N` frames (record nothing inside one).
+    notrace_regions: u32,
 }
 
 thread_local! {
@@ -199,6 +210,9 @@ thread_local! {
             tid: 0,
             lost: 0,
             session_ptr: ptr::null(),
+            shadow: Shadow::EMPTY,
+            trace_regions: 0,
+            notrace_regions: 0,
         })
     };
     static EXIT_HOOK: ExitHook = const { ExitHook };
@@ -360,21 +374,315 @@ pub(crate) fn record_exit() {
         }
         t.busy = true;
         compiler_fence(Ordering::SeqCst);
-        let d = t.cur.delta_now();
-        // SAFETY: as in `record_entry_inner`.
-        unsafe {
-            match pack_exit(d) {
-                Some((w, n)) => put_word(t, w, n),
-                None => put_long(t, Compact::Exit { d }),
-            }
+        exit_inner(t);
+        compiler_fence(Ordering::SeqCst);
+        t.busy = false;
+    })
+}
+
+/// Writes an exit record; the caller holds `busy` on an attached thread.
+#[inline(always)]
+fn exit_inner(t: &mut ThreadState) {
+    if t.depth == 0 || t.session == 0 {
+        return;
+    }
+    let d = t.cur.delta_now();
+    // SAFETY: as in `record_entry_inner`.
+    unsafe {
+        match pack_exit(d) {
+            Some((w, n)) => put_word(t, w, n),
+            None => put_long(t, Compact::Exit { d }),
         }
-        t.depth -= 1;
-        if t.cur.pos > t.cur.limit {
-            next_chunk(t);
+    }
+    t.depth -= 1;
+    if t.cur.pos > t.cur.limit {
+        next_chunk(t);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Compiler hooks (mcount, fentry, cyg_profile): entries with a shadow
+// frame, exits through the hijacked return address or explicit calls.
+
+/// Whether a call of `func` is recorded given the thread's filter regions,
+/// and the filter flags its shadow frame gets.
+#[inline(always)]
+fn hook_decision(t: &ThreadState, func: u64) -> (bool, u32) {
+    if !filter::active() {
+        return (filter::depth_ok(t.depth), 0);
+    }
+    let class = filter::classify(func);
+    let mut flags = 0;
+    if class == filter::NOTRACE {
+        flags |= F_NOTRACE;
+    }
+    if class == filter::TRACE {
+        flags |= F_TRACE;
+    }
+    let inside = !filter::has_trace_filters() || t.trace_regions > 0 || class == filter::TRACE;
+    let record = inside && t.notrace_regions == 0 && class != filter::NOTRACE;
+    (record && filter::depth_ok(t.depth), flags)
+}
+
+/// Entry of a function whose exit is observed by replacing the return
+/// address in `slot` with `tramp` (mcount, fentry).
+///
+/// # Safety
+/// `slot` must be the address of the live return-address slot of the
+/// function being entered, and `tramp` an exit trampoline that ends in
+/// [`hook_exit`].
+#[inline]
+pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64) {
+    with_state(|t| {
+        let sid = SESSION.load(Ordering::Relaxed);
+        if (t.session != sid || t.busy) && !attach_slow(t) {
+            return;
+        }
+        t.busy = true;
+        compiler_fence(Ordering::SeqCst);
+        if t.shadow.restored {
+            resync(t, tramp);
+        }
+        let (record, flags) = hook_decision(t, func);
+        if (record || flags != 0) && t.shadow.has_room() {
+            // SAFETY: by the caller's contract `slot` is the live return
+            // slot of the function being entered, on this thread's stack.
+            let ret = unsafe { slot.read() };
+            if record {
+                record_entry_inner(t, func);
+            }
+            if flags & F_TRACE != 0 {
+                t.trace_regions += 1;
+            }
+            if flags & F_NOTRACE != 0 {
+                t.notrace_regions += 1;
+            }
+            let rec = if record { F_RECORDED } else { 0 };
+            t.shadow
+                .push(Frame::new(ret, slot as u64, func, flags | rec | F_HIJACKED));
+            // SAFETY: as above; the original is kept in the shadow frame.
+            unsafe { slot.write(tramp) };
+        } else if record {
+            // Too deep for the shadow stack: not recorded, counted.
+            t.lost += 1;
         }
         compiler_fence(Ordering::SeqCst);
         t.busy = false;
     })
+}
+
+/// Pops shadow frames `from..` (newest first), recording the exits of the
+/// recorded ones (if `record`) and leaving their filter regions.
+fn pop_frames(t: &mut ThreadState, from: usize, record: bool) {
+    while t.shadow.len > from {
+        let top = t.shadow.len - 1;
+        let f = t.shadow.frames()[top];
+        t.shadow.len = top;
+        if f.flags & F_TRACE != 0 {
+            t.trace_regions = t.trace_regions.saturating_sub(1);
+        }
+        if f.flags & F_NOTRACE != 0 {
+            t.notrace_regions = t.notrace_regions.saturating_sub(1);
+        }
+        if record && f.flags & F_RECORDED != 0 {
+            exit_inner(t);
+        }
+    }
+}
+
+/// Exit through a hijacked return address: `slot` is the stack slot the
+/// trampoline was returned from. Pops the matching shadow frame (and any
+/// newer ones, skipped by `longjmp`) and returns the original return
+/// address. A slot without a frame aborts with a message: there is no
+/// address to return to.
+#[inline]
+pub fn hook_exit(slot: u64) -> u64 {
+    with_state(|t| {
+        let Some(i) = t.shadow.find_slot(slot) else {
+            lost_return_address(slot)
+        };
+        let ret = t.shadow.frames()[i].ret;
+        let record = !t.busy && t.session == SESSION.load(Ordering::Relaxed);
+        let was_busy = t.busy;
+        t.busy = true;
+        compiler_fence(Ordering::SeqCst);
+        pop_frames(t, i, record);
+        compiler_fence(Ordering::SeqCst);
+        t.busy = was_busy;
+        ret
+    })
+}
+
+#[cold]
+fn lost_return_address(slot: u64) -> ! {
+    let mut msg = *b"fntrace: no shadow frame for return slot 0x0000000000000000; aborting\n";
+    let hex = b"0123456789abcdef";
+    for i in 0..16 {
+        msg[43 + i] = hex[((slot >> (60 - 4 * i)) & 15) as usize];
+    }
+    // SAFETY: writes a stack buffer to stderr, then aborts.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort()
+    }
+}
+
+/// Entry of a function that announces its exit explicitly
+/// (`__cyg_profile_func_enter`).
+#[inline]
+pub fn explicit_entry(func: u64) {
+    with_state(|t| {
+        let sid = SESSION.load(Ordering::Relaxed);
+        if (t.session != sid || t.busy) && !attach_slow(t) {
+            return;
+        }
+        t.busy = true;
+        compiler_fence(Ordering::SeqCst);
+        let (record, flags) = hook_decision(t, func);
+        if t.shadow.has_room() {
+            if record {
+                record_entry_inner(t, func);
+            }
+            if flags & F_TRACE != 0 {
+                t.trace_regions += 1;
+            }
+            if flags & F_NOTRACE != 0 {
+                t.notrace_regions += 1;
+            }
+            let rec = if record { F_RECORDED } else { 0 };
+            t.shadow.push(Frame::new(0, 0, func, flags | rec));
+        } else {
+            t.shadow.overflow += 1;
+            if record {
+                t.lost += 1;
+            }
+        }
+        compiler_fence(Ordering::SeqCst);
+        t.busy = false;
+    })
+}
+
+/// Exit announced explicitly (`__cyg_profile_func_exit`): pops to the
+/// newest frame of `func` (newer ones were skipped by `longjmp`).
+#[inline]
+pub fn explicit_exit(func: u64) {
+    with_state(|t| {
+        if t.busy {
+            return;
+        }
+        if t.shadow.overflow > 0 {
+            t.shadow.overflow -= 1;
+            return;
+        }
+        let Some(i) = t
+            .shadow
+            .frames()
+            .iter()
+            .rposition(|f| f.func == func && f.slot == 0)
+        else {
+            return;
+        };
+        let record = t.session == SESSION.load(Ordering::Relaxed);
+        t.busy = true;
+        compiler_fence(Ordering::SeqCst);
+        pop_frames(t, i, record);
+        compiler_fence(Ordering::SeqCst);
+        t.busy = false;
+    })
+}
+
+/// Puts the original return addresses back into every hijacked slot of
+/// the calling thread, for an unwinder or a backtrace that reads them.
+/// Slots that no longer hold `tramp` belong to dead frames and are left.
+pub fn restore_return_addresses(tramp: u64) {
+    with_state(|t| {
+        if t.busy {
+            return;
+        }
+        for f in t.shadow.frames().iter_mut().rev() {
+            if f.flags & F_HIJACKED == 0 {
+                continue;
+            }
+            f.flags &= !F_HIJACKED;
+            let slot = f.slot as *mut u64;
+            // SAFETY: the slot was a return-address slot of this thread's
+            // stack. It is only written if it still holds the trampoline
+            // (the frame is live, or nobody reused the memory), newest
+            // frames first, so a reused slot is restored by its newest owner
+            // and then no longer matches for older, dead frames.
+            unsafe {
+                if slot.read() == tramp {
+                    slot.write(f.ret);
+                }
+            }
+        }
+        t.shadow.restored = true;
+    })
+}
+
+/// A landing pad is being installed in the frame whose CFA is `cfa`:
+/// every shadow frame below that frame is gone (its exit is recorded now).
+pub fn unwound_to(cfa: u64) {
+    with_state(|t| {
+        if t.busy {
+            return;
+        }
+        let floor = cfa.wrapping_sub(8);
+        let keep = t
+            .shadow
+            .frames()
+            .iter()
+            .position(|f| f.slot != 0 && f.slot < floor)
+            .unwrap_or(t.shadow.len);
+        let record = t.session == SESSION.load(Ordering::Relaxed);
+        t.busy = true;
+        compiler_fence(Ordering::SeqCst);
+        pop_frames(t, keep, record);
+        t.shadow.resync_floor = floor;
+        compiler_fence(Ordering::SeqCst);
+        t.busy = false;
+    })
+}
+
+/// Re-hijacks restored frames right away (after a backtrace).
+pub fn rehijack_now(tramp: u64) {
+    with_state(|t| {
+        if !t.busy && t.shadow.restored {
+            t.busy = true;
+            resync(t, tramp);
+            t.busy = false;
+        }
+    })
+}
+
+/// Re-hijacks frames restored for an unwinder whose slots still hold
+/// their original return address.
+#[cold]
+#[inline(never)]
+fn resync(t: &mut ThreadState, tramp: u64) {
+    let floor = t.shadow.resync_floor;
+    for f in t.shadow.frames().iter_mut() {
+        if f.flags & F_HIJACKED != 0 || f.slot == 0 || f.slot < floor {
+            continue;
+        }
+        let slot = f.slot as *mut u64;
+        // SAFETY: frames at or above the last landing pad's frame are live
+        // (the unwinder stopped there); a live frame's slot holds `ret`,
+        // and a slot holding anything else is left alone.
+        unsafe {
+            if slot.read() == f.ret {
+                slot.write(tramp);
+                f.flags |= F_HIJACKED;
+            }
+        }
+    }
+    t.shadow.restored = false;
+    t.shadow.resync_floor = 0;
+}
+
+/// The calling thread's shadow-stack depth (for tests and diagnostics).
+pub fn shadow_depth() -> usize {
+    with_state(|t| t.shadow.len)
 }
 
 // ---------------------------------------------------------------------------
@@ -387,6 +695,19 @@ fn entry_slow(
     site: &'static Site,
     self_type: Option<fn() -> &'static str>,
 ) -> bool {
+    if !attach_slow(t) {
+        return false;
+    }
+    record_site_entry(site, self_type)
+}
+
+/// The slow path of an entry on a thread that is busy or not attached to
+/// the current session: counts a reentrant event as lost, looks at the
+/// environment once, attaches. Returns whether the thread is now attached
+/// and not busy.
+#[cold]
+#[inline(never)]
+fn attach_slow(t: &mut ThreadState) -> bool {
     if t.busy {
         t.lost += 1;
         return false;
@@ -406,7 +727,7 @@ fn entry_slow(
             return false;
         }
     }
-    record_site_entry(site, self_type)
+    true
 }
 
 /// Attaches the calling thread to session `sid`: claims its first chunk
@@ -817,6 +1138,7 @@ fn create_session(opts: &Options) -> io::Result<Session> {
         threads: AtomicU32::new(0),
         header,
         meta: Mutex::new(Cursor::EMPTY),
+        modules: Mutex::new(Vec::new()),
     };
     if !grow(&s, HEADER_SIZE as usize) {
         let e = io::Error::last_os_error();
@@ -848,7 +1170,12 @@ fn write_process_metadata(s: &Session) {
 }
 
 fn write_modules(s: &Session) {
+    let mut known = s.modules.lock().unwrap_or_else(|e| e.into_inner());
     procinfo::for_each_module(|m| {
+        if known.contains(&(m.start, m.size)) {
+            return;
+        }
+        known.push((m.start, m.size));
         write_meta(
             s,
             &Framed::Module {
@@ -860,6 +1187,18 @@ fn write_modules(s: &Session) {
             },
         );
     });
+}
+
+/// Describes modules loaded since the session started (after `dlopen`).
+pub fn note_modules_changed() {
+    let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    let p = CURRENT.load(Ordering::Acquire);
+    let sid = SESSION.load(Ordering::Acquire);
+    if p.is_null() || sid == 0 || sid == UNINIT {
+        return;
+    }
+    // SAFETY: sessions are leaked.
+    write_modules(unsafe { &*p });
 }
 
 /// Finishes the active session: closes the calling thread's stream, writes
@@ -1008,6 +1347,7 @@ pub(crate) fn init_from_env() {
             opts.max_size = m;
         }
         opts.exclusive = std::env::var_os(ENV_EXCLUSIVE).is_some_and(|v| v == "1");
+        crate::filter::init_from_env();
         let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = start_locked(&opts) {
             eprintln!("fntrace: cannot record: {e}");

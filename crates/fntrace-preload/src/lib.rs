@@ -1,0 +1,18 @@
+//! `libfntrace_preload.so`: the fntrace runtime for programs built with
+//! compiler instrumentation (`gcc -pg`, `-pg -mfentry`,
+//! `-finstrument-functions`, `rustc -Zinstrument-mcount`), injected with
+//! `LD_PRELOAD` (what `fntrace record` does).
+//!
+//! Its definitions of `mcount`, `__fentry__` and `__cyg_profile_func_*`
+//! take precedence over glibc's; recording starts from the environment
+//! (`FNTRACE_OUTPUT` and friends) in the runtime's constructor; `dlopen`
+//! is wrapped so modules loaded later are added to the trace's module map.
+
+pub use fntrace_rt::hooks::tramp::{
+    __cyg_profile_func_enter, __cyg_profile_func_exit, __fentry__, _mcount, mcount,
+};
+pub use fntrace_rt::hooks::unwind::{
+    _Unwind_Backtrace, _Unwind_ForcedUnwind, _Unwind_RaiseException, _Unwind_Resume,
+    _Unwind_Resume_or_Rethrow, _Unwind_SetIP, backtrace,
+};
+pub use fntrace_rt::hooks::dl::dlopen;

@@ -1,0 +1,147 @@
+//! The per-thread shadow stack of calls whose return address was hijacked
+//! (mcount, fentry) or whose exit is announced explicitly (cyg_profile).
+//!
+//! Each frame remembers the original return address, the address of the
+//! stack slot that now holds the exit trampoline, and the function. The
+//! stack is reserved lazily with `mmap(MAP_NORESERVE)` (only touched pages
+//! cost memory) and never unmapped while a frame may still return through
+//! it; deeper recursion than it holds is not hijacked (counted instead).
+//!
+//! Only the owning thread touches its shadow stack; the recorder's
+//! per-thread `busy` flag keeps signal handlers out of a half-done update.
+
+#![cfg_attr(not(feature = "compiler-hooks"), allow(dead_code))]
+
+use core::ptr;
+
+/// Frames a shadow stack holds (32 bytes each, reserved not committed).
+pub(crate) const CAPACITY: usize = 1 << 17;
+
+/// The frame was recorded (its exit must be recorded too).
+pub(crate) const F_RECORDED: u32 = 1;
+/// The frame's slot holds the exit trampoline (clear while restored for
+/// an unwinder).
+pub(crate) const F_HIJACKED: u32 = 2;
+/// The frame belongs to a `-N` function: nothing below it is recorded.
+pub(crate) const F_NOTRACE: u32 = 4;
+/// The frame belongs to a `-F` function: what is below it is recorded.
+pub(crate) const F_TRACE: u32 = 8;
+
+/// One call on the shadow stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Frame {
+    /// Original return address (0 for explicit-exit mechanisms).
+    pub ret: u64,
+    /// Address of the hijacked return-address slot (0 for explicit exits).
+    pub slot: u64,
+    /// Function key.
+    pub func: u64,
+    /// `F_*` flags.
+    pub flags: u32,
+    _pad: u32,
+}
+
+impl Frame {
+    pub(crate) fn new(ret: u64, slot: u64, func: u64, flags: u32) -> Frame {
+        Frame {
+            ret,
+            slot,
+            func,
+            flags,
+            _pad: 0,
+        }
+    }
+}
+
+/// A thread's shadow stack.
+#[derive(Debug)]
+pub(crate) struct Shadow {
+    base: *mut Frame,
+    /// Frames in use.
+    pub len: usize,
+    /// Calls not pushed because the stack was full (explicit-exit
+    /// mechanisms pair them with their exits by count).
+    pub overflow: u64,
+    /// Some frames' slots were restored for an unwinder; they are
+    /// re-hijacked at the next event (frames below `resync_floor` are dead).
+    pub restored: bool,
+    /// Lowest live slot address known after a landing pad was installed.
+    pub resync_floor: u64,
+    /// The reservation failed; never try again.
+    failed: bool,
+}
+
+impl Shadow {
+    /// An empty, unreserved shadow stack.
+    pub(crate) const EMPTY: Shadow = Shadow {
+        base: ptr::null_mut(),
+        len: 0,
+        overflow: 0,
+        restored: false,
+        resync_floor: 0,
+        failed: false,
+    };
+
+    /// Whether another frame fits (reserving the stack on first use).
+    #[inline(always)]
+    pub(crate) fn has_room(&mut self) -> bool {
+        if self.len < CAPACITY && !self.base.is_null() {
+            return true;
+        }
+        self.reserve()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reserve(&mut self) -> bool {
+        if !self.base.is_null() || self.failed {
+            return false;
+        }
+        // SAFETY: an anonymous private mapping at a kernel-chosen address
+        // touches no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                CAPACITY * core::mem::size_of::<Frame>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            self.failed = true;
+            return false;
+        }
+        self.base = p.cast();
+        true
+    }
+
+    /// Pushes a frame; the caller checked [`Shadow::has_room`].
+    #[inline(always)]
+    pub(crate) fn push(&mut self, f: Frame) {
+        debug_assert!(self.len < CAPACITY);
+        // SAFETY: `has_room` guarantees a reserved stack with `len <
+        // CAPACITY`, so the slot is inside the mapping.
+        unsafe { self.base.add(self.len).write(f) };
+        self.len += 1;
+    }
+
+    /// The frames in use, oldest first.
+    #[inline(always)]
+    pub(crate) fn frames(&mut self) -> &mut [Frame] {
+        if self.base.is_null() {
+            return &mut [];
+        }
+        // SAFETY: `len` frames from `base` were written by `push`, inside
+        // the mapping, and only this thread accesses them.
+        unsafe { core::slice::from_raw_parts_mut(self.base, self.len) }
+    }
+
+    /// Index of the newest frame whose slot is `slot`.
+    #[inline(always)]
+    pub(crate) fn find_slot(&mut self, slot: u64) -> Option<usize> {
+        self.frames().iter().rposition(|f| f.slot == slot)
+    }
+}

@@ -1,0 +1,183 @@
+//! The compiler-facing entry points and the exit trampoline.
+//!
+//! Register discipline (System V x86_64):
+//! - `mcount` runs after the callee's prologue, `__fentry__` before it; in
+//!   both, every argument register may be live: rdi, rsi, rdx, rcx, r8, r9,
+//!   rax (the vector-argument count of variadic calls) and xmm0–7, plus
+//!   r10 (static chain) and r11, which gcc's `-fipa-ra` may assume
+//!   preserved across the call. All of them are saved. The Rust handler
+//!   preserves rbx, rbp, r12–r15 itself (callee-saved). x87 and AVX upper
+//!   halves are not touched by the handler, so they are not saved.
+//! - The exit trampoline runs when an instrumented function returns: only
+//!   the return registers are live (rax, rdx, xmm0, xmm1; st0/st1 are not
+//!   touched). It saves those, asks the shadow stack for the original
+//!   return address and jumps to it through r11 (caller-saved, not a return
+//!   register).
+//!
+//! Before saving anything the entry points test the recorder's session
+//! word, so a program that is not recording pays a load and a branch.
+//!
+//! Stack alignment: `mcount` is called with rsp ≡ 8 (mod 16) on entry and
+//! `__fentry__` (before the callee's prologue) with rsp ≡ 0, so both
+//! realign with a frame of their own (rbp saved, rsp rounded down). The
+//! exit trampoline realigns too, keeping the entry rsp in its frame.
+
+use crate::recorder;
+
+/// Address of the exit trampoline (past its leading padding byte).
+#[inline(always)]
+pub fn exit_trampoline_addr() -> u64 {
+    fntrace_exit_trampoline as *const () as usize as u64 + 1
+}
+
+/// Rust side of `mcount`: `pc` is the return address of the `mcount` call
+/// (inside the callee, after its prologue), `slot` the callee's
+/// return-address slot (`8(%rbp)`).
+unsafe extern "C" fn mcount_entry(pc: u64, slot: *mut u64) {
+    // SAFETY: with frame pointers (which `-pg` and `-Zinstrument-mcount`
+    // force) `8(%rbp)` in the callee is its live return-address slot.
+    unsafe { recorder::hook_entry(pc, slot, exit_trampoline_addr()) }
+}
+
+/// Rust side of `__fentry__`: `func` is the callee's start address, `slot`
+/// its return-address slot.
+unsafe extern "C" fn fentry_entry(func: u64, slot: *mut u64) {
+    // SAFETY: `__fentry__` is the callee's first instruction, so the word
+    // above `__fentry__`'s own return address is the callee's live
+    // return-address slot.
+    unsafe { recorder::hook_entry(func, slot, exit_trampoline_addr()) }
+}
+
+/// Rust side of the exit trampoline.
+extern "C" fn exit_entry(slot: u64) -> u64 {
+    recorder::hook_exit(slot)
+}
+
+/// The body shared by `mcount` and `__fentry__`: test the session word,
+/// set up an aligned frame (the two are called with different stack
+/// alignments), save every argument register, load the handler's two
+/// arguments with `$args` (rbp points at the saved rbp, `[rbp + 8]` is our
+/// return address), call `$entry`, restore, return.
+macro_rules! entry_trampoline {
+    ($entry:path, $($args:literal),+) => {
+        core::arch::naked_asm!(
+            "cmp dword ptr [rip + {word}], 0",
+            "je 2f",
+            "push rbp",
+            "mov rbp, rsp",
+            "and rsp, -16",
+            "sub rsp, 208",
+            "mov [rsp + 128], rax",
+            "mov [rsp + 136], rdi",
+            "mov [rsp + 144], rsi",
+            "mov [rsp + 152], rdx",
+            "mov [rsp + 160], rcx",
+            "mov [rsp + 168], r8",
+            "mov [rsp + 176], r9",
+            "mov [rsp + 184], r10",
+            "mov [rsp + 192], r11",
+            "movaps [rsp], xmm0",
+            "movaps [rsp + 16], xmm1",
+            "movaps [rsp + 32], xmm2",
+            "movaps [rsp + 48], xmm3",
+            "movaps [rsp + 64], xmm4",
+            "movaps [rsp + 80], xmm5",
+            "movaps [rsp + 96], xmm6",
+            "movaps [rsp + 112], xmm7",
+            $($args,)+
+            "call {entry}",
+            "movaps xmm0, [rsp]",
+            "movaps xmm1, [rsp + 16]",
+            "movaps xmm2, [rsp + 32]",
+            "movaps xmm3, [rsp + 48]",
+            "movaps xmm4, [rsp + 64]",
+            "movaps xmm5, [rsp + 80]",
+            "movaps xmm6, [rsp + 96]",
+            "movaps xmm7, [rsp + 112]",
+            "mov rax, [rsp + 128]",
+            "mov rdi, [rsp + 136]",
+            "mov rsi, [rsp + 144]",
+            "mov rdx, [rsp + 152]",
+            "mov rcx, [rsp + 160]",
+            "mov r8, [rsp + 168]",
+            "mov r9, [rsp + 176]",
+            "mov r10, [rsp + 184]",
+            "mov r11, [rsp + 192]",
+            "mov rsp, rbp",
+            "pop rbp",
+            "2:",
+            "ret",
+            word = sym recorder::SESSION,
+            entry = sym $entry,
+        )
+    };
+}
+
+/// glibc-compatible `mcount`, called by `gcc -pg` and
+/// `rustc -Zinstrument-mcount` code after the prologue.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mcount() {
+    // pc: our return address; slot: 8 above the callee's frame pointer
+    // (which our frame saved at [rbp]).
+    entry_trampoline!(mcount_entry, "mov rdi, [rbp + 8]", "mov rsi, [rbp]", "add rsi, 8")
+}
+
+/// The other spelling of [`mcount`] some toolchains emit.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _mcount() {
+    core::arch::naked_asm!("jmp {m}", m = sym mcount)
+}
+
+/// `__fentry__`, called by `gcc -pg -mfentry` code as the first
+/// instruction of every function.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fentry__() {
+    // func: our return address minus the 5-byte call; slot: the word above
+    // our return address.
+    entry_trampoline!(fentry_entry, "mov rdi, [rbp + 8]", "sub rdi, 5", "lea rsi, [rbp + 16]")
+}
+
+/// Where hijacked returns land. Never called directly.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fntrace_exit_trampoline() {
+    core::arch::naked_asm!(
+        // A byte before the entry so that `ret_addr - 1` lookups of
+        // unwinders and symbolisers fall inside this function.
+        "nop",
+        // The slot the callee returned from is just below our entry rsp.
+        "mov r11, rsp",
+        "and rsp, -16",
+        "sub rsp, 48",
+        "mov [rsp + 40], r11",
+        "mov [rsp], rax",
+        "mov [rsp + 8], rdx",
+        "movaps [rsp + 16], xmm0",
+        "movaps [rsp + 32], xmm1",
+        "lea rdi, [r11 - 8]",
+        "call {exit}",
+        "mov r11, rax",
+        "mov rax, [rsp]",
+        "mov rdx, [rsp + 8]",
+        "movaps xmm0, [rsp + 16]",
+        "movaps xmm1, [rsp + 32]",
+        "mov rsp, [rsp + 40]",
+        "jmp r11",
+        exit = sym exit_entry,
+    )
+}
+
+/// `-finstrument-functions` entry hook.
+#[unsafe(no_mangle)]
+pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut u8, _call_site: *mut u8) {
+    recorder::explicit_entry(this_fn as u64)
+}
+
+/// `-finstrument-functions` exit hook.
+#[unsafe(no_mangle)]
+pub extern "C" fn __cyg_profile_func_exit(this_fn: *mut u8, _call_site: *mut u8) {
+    recorder::explicit_exit(this_fn as u64)
+}

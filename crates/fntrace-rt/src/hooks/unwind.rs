@@ -1,0 +1,204 @@
+//! Keeps unwinding and backtraces working while return addresses are
+//! hijacked, by interposing the unwinder's entry points (the definitions
+//! here win over libgcc_s's: the preload library comes first in symbol
+//! lookup, and a statically linked runtime is part of the executable).
+//!
+//! - Before an exception or panic starts unwinding
+//!   (`_Unwind_RaiseException`, `_Unwind_ForcedUnwind` for `pthread_exit`
+//!   and cancellation, `_Unwind_Resume` after a cleanup landing pad), the
+//!   thread's hijacked slots get their original return addresses back, so
+//!   the unwinder sees the real stack.
+//! - When a landing pad is installed (`_Unwind_SetIP`, which every
+//!   personality routine calls for it), the frames below it are gone: their
+//!   exits are recorded then. The frames above are hijacked again at the
+//!   thread's next event (a cleanup pad resumes unwinding through
+//!   `_Unwind_Resume`, which restores them once more).
+//! - `_Unwind_Backtrace` and glibc's `backtrace` run with the original
+//!   addresses and re-hijack right after.
+//!
+//! The real functions are found with `dlsym(RTLD_NEXT)`.
+
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use super::tramp::exit_trampoline_addr;
+use crate::recorder;
+
+/// A lazily resolved `RTLD_NEXT` symbol.
+struct Next {
+    name: &'static [u8],
+    ptr: AtomicPtr<c_void>,
+}
+
+impl Next {
+    const fn new(name: &'static [u8]) -> Next {
+        Next {
+            name,
+            ptr: AtomicPtr::new(core::ptr::null_mut()),
+        }
+    }
+
+    /// The next definition, or an abort naming the symbol if there is none
+    /// (the program called an unwinder function that does not exist).
+    fn get(&self) -> *mut c_void {
+        let p = self.ptr.load(Ordering::Acquire);
+        if !p.is_null() {
+            return p;
+        }
+        // SAFETY: `name` is NUL-terminated; dlsym is thread-safe.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr().cast()) };
+        if p.is_null() {
+            let msg = b"fntrace: unwinder function not found\n";
+            // SAFETY: writes a static buffer to stderr, then aborts.
+            unsafe {
+                libc::write(2, msg.as_ptr().cast(), msg.len());
+                libc::abort();
+            }
+        }
+        self.ptr.store(p, Ordering::Release);
+        p
+    }
+}
+
+type UnwindException = c_void;
+type UnwindContext = c_void;
+type Reason = c_int;
+
+static RAISE: Next = Next::new(b"_Unwind_RaiseException\0");
+static RESUME: Next = Next::new(b"_Unwind_Resume\0");
+static RESUME_OR_RETHROW: Next = Next::new(b"_Unwind_Resume_or_Rethrow\0");
+static FORCED: Next = Next::new(b"_Unwind_ForcedUnwind\0");
+static SET_IP: Next = Next::new(b"_Unwind_SetIP\0");
+static GET_CFA: Next = Next::new(b"_Unwind_GetCFA\0");
+static BACKTRACE_UW: Next = Next::new(b"_Unwind_Backtrace\0");
+static BACKTRACE: Next = Next::new(b"backtrace\0");
+
+fn restore() {
+    recorder::restore_return_addresses(exit_trampoline_addr());
+}
+
+/// Interposed `_Unwind_RaiseException` (C++ `throw`, Rust panics).
+///
+/// # Safety
+/// Called by language runtimes with a valid exception object.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Unwind_RaiseException(e: *mut UnwindException) -> Reason {
+    restore();
+    // SAFETY: the real function has this signature.
+    unsafe {
+        let f: unsafe extern "C" fn(*mut UnwindException) -> Reason =
+            core::mem::transmute(RAISE.get());
+        f(e)
+    }
+}
+
+/// Interposed `_Unwind_Resume` (end of a cleanup landing pad).
+///
+/// # Safety
+/// Called by landing pads with the exception being propagated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Unwind_Resume(e: *mut UnwindException) -> ! {
+    restore();
+    // SAFETY: the real function has this signature and does not return.
+    unsafe {
+        let f: unsafe extern "C" fn(*mut UnwindException) -> ! =
+            core::mem::transmute(RESUME.get());
+        f(e)
+    }
+}
+
+/// Interposed `_Unwind_Resume_or_Rethrow` (C++ `throw;`).
+///
+/// # Safety
+/// Called by language runtimes with a valid exception object.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Unwind_Resume_or_Rethrow(e: *mut UnwindException) -> Reason {
+    restore();
+    // SAFETY: the real function has this signature.
+    unsafe {
+        let f: unsafe extern "C" fn(*mut UnwindException) -> Reason =
+            core::mem::transmute(RESUME_OR_RETHROW.get());
+        f(e)
+    }
+}
+
+/// Interposed `_Unwind_ForcedUnwind` (`pthread_exit`, cancellation).
+///
+/// # Safety
+/// Called by glibc with a valid exception object and stop function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Unwind_ForcedUnwind(
+    e: *mut UnwindException,
+    stop: *mut c_void,
+    arg: *mut c_void,
+) -> Reason {
+    restore();
+    // SAFETY: the real function has this signature.
+    unsafe {
+        let f: unsafe extern "C" fn(*mut UnwindException, *mut c_void, *mut c_void) -> Reason =
+            core::mem::transmute(FORCED.get());
+        f(e, stop, arg)
+    }
+}
+
+/// Interposed `_Unwind_SetIP`: a personality routine is installing a
+/// landing pad in the frame of `ctx`.
+///
+/// # Safety
+/// Called by personality routines with a valid unwind context.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Unwind_SetIP(ctx: *mut UnwindContext, ip: usize) {
+    // SAFETY: the real functions have these signatures; `ctx` is valid.
+    unsafe {
+        let cfa: unsafe extern "C" fn(*mut UnwindContext) -> usize =
+            core::mem::transmute(GET_CFA.get());
+        recorder::unwound_to(cfa(ctx) as u64);
+        let f: unsafe extern "C" fn(*mut UnwindContext, usize) = core::mem::transmute(SET_IP.get());
+        f(ctx, ip)
+    }
+}
+
+/// Interposed `_Unwind_Backtrace` (Rust backtraces, C++ libraries).
+///
+/// # Safety
+/// Called with a valid trace callback.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Unwind_Backtrace(trace: *mut c_void, arg: *mut c_void) -> Reason {
+    restore();
+    // SAFETY: the real function has this signature.
+    let r = unsafe {
+        let f: unsafe extern "C" fn(*mut c_void, *mut c_void) -> Reason =
+            core::mem::transmute(BACKTRACE_UW.get());
+        f(trace, arg)
+    };
+    recorder::rehijack_now(exit_trampoline_addr());
+    r
+}
+
+/// Interposed glibc `backtrace`: glibc calls libgcc's unwinder through a
+/// private handle, so it is wrapped as a whole. The wrapper's own frame is
+/// removed from the result.
+///
+/// # Safety
+/// `buf` must have room for `size` pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn backtrace(buf: *mut *mut c_void, size: c_int) -> c_int {
+    if size <= 0 {
+        return 0;
+    }
+    const MAX: usize = 256;
+    let mut tmp = [core::ptr::null_mut::<c_void>(); MAX + 1];
+    let want = (size as usize).min(MAX) + 1;
+    restore();
+    // SAFETY: the real function has this signature; `tmp` holds `want`.
+    let n = unsafe {
+        let f: unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int =
+            core::mem::transmute(BACKTRACE.get());
+        f(tmp.as_mut_ptr(), want as c_int)
+    };
+    recorder::rehijack_now(exit_trampoline_addr());
+    let n = (n.max(1) as usize - 1).min(size as usize);
+    // SAFETY: `buf` has room for `size >= n` pointers (caller contract).
+    unsafe { core::ptr::copy_nonoverlapping(tmp.as_ptr().add(1), buf, n) };
+    n as c_int
+}
