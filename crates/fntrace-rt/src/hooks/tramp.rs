@@ -151,8 +151,8 @@ pub unsafe extern "C" fn fntrace_exit_trampoline() {
         // The slot the callee returned from is just below our entry rsp.
         "mov r11, rsp",
         "and rsp, -16",
-        "sub rsp, 48",
-        "mov [rsp + 40], r11",
+        "sub rsp, 64",
+        "mov [rsp + 48], r11",
         "mov [rsp], rax",
         "mov [rsp + 8], rdx",
         "movaps [rsp + 16], xmm0",
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn fntrace_exit_trampoline() {
         "mov rdx, [rsp + 8]",
         "movaps xmm0, [rsp + 16]",
         "movaps xmm1, [rsp + 32]",
-        "mov rsp, [rsp + 40]",
+        "mov rsp, [rsp + 48]",
         "jmp r11",
         exit = sym exit_entry,
     )
