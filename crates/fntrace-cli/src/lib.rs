@@ -3,4 +3,5 @@
 
 pub mod analysis;
 pub mod commands;
+pub mod probe;
 pub mod symbols;

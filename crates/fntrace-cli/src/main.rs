@@ -9,6 +9,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use fntrace_cli::analysis::{NamePattern, parse_duration};
+use fntrace_cli::probe;
 use fntrace_cli::commands::{
     Format, ReplayOptions, SortKey, report_rows, write_info, write_replay, write_report,
 };
@@ -35,6 +36,16 @@ enum Cmd {
         /// Largest trace size (e.g. 512M, 4G); later events are counted as lost.
         #[arg(long)]
         max_size: Option<String>,
+        /// Record only these functions and what they call (regular
+        /// expression on the demangled name; repeatable).
+        #[arg(short = 'F', long = "filter", value_name = "REGEX")]
+        filter: Vec<String>,
+        /// Never record these functions nor what they call (repeatable).
+        #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
+        notrace: Vec<String>,
+        /// Record calls at most this deep.
+        #[arg(short = 'D', long)]
+        depth: Option<u32>,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -131,8 +142,19 @@ fn run() -> Result<ExitCode> {
         Cmd::Record {
             output,
             max_size,
+            filter,
+            notrace,
+            depth,
             command,
-        } => return record(&output, max_size.as_deref(), &command),
+        } => {
+            let o = RecordOptions {
+                max_size,
+                filter,
+                notrace,
+                depth,
+            };
+            return record(&output, &o, &command);
+        }
         Cmd::Report {
             path,
             sort,
@@ -190,7 +212,7 @@ fn run() -> Result<ExitCode> {
                 data.display()
             )?;
             out.flush()?;
-            record(&data, None, &cmd)?;
+            record(&data, &RecordOptions::default(), &cmd)?;
             let t = open(&data)?;
             writeln!(out, "\n$ fntrace report")?;
             write_report(
@@ -226,9 +248,39 @@ fn warn_damage(t: &Trace) {
     }
 }
 
-/// Runs `command` with recording enabled through the environment and
+/// Options of `fntrace record` passed to the runtime.
+#[derive(Default)]
+struct RecordOptions {
+    max_size: Option<String>,
+    filter: Vec<String>,
+    notrace: Vec<String>,
+    depth: Option<u32>,
+}
+
+/// Runs `command` with recording enabled through the environment (and the
+/// preload runtime injected when the program uses compiler hooks), and
 /// passes its exit status through.
-fn record(output: &Path, max_size: Option<&str>, command: &[String]) -> Result<ExitCode> {
+fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCode> {
+    for r in o.filter.iter().chain(&o.notrace) {
+        regex::Regex::new(r).with_context(|| format!("bad function pattern {r:?}"))?;
+    }
+    let prog = probe::which(&command[0])
+        .with_context(|| format!("{}: command not found", command[0]))?;
+    let ins = probe::inspect(&prog);
+    let preload = match &ins {
+        Some(i) if i.runtime && !i.needs_preload() => None,
+        _ => Some(probe::preload_path().with_context(|| {
+            format!(
+                "cannot find {} (set FNTRACE_PRELOAD, or build it: cargo build --release -p fntrace-preload)",
+                probe::PRELOAD_NAME
+            )
+        })?),
+    };
+    if let Some(i) = &ins {
+        if !i.any() {
+            eprintln!("fntrace: warning: {}", probe::build_advice(&command[0]));
+        }
+    }
     let output = std::path::absolute(output)?;
     match std::fs::remove_file(&output) {
         Ok(()) => {}
@@ -239,8 +291,25 @@ fn record(output: &Path, max_size: Option<&str>, command: &[String]) -> Result<E
     cmd.args(&command[1..])
         .env(fntrace::ENV_OUTPUT, &output)
         .env("FNTRACE_EXCLUSIVE", "1");
-    if let Some(m) = max_size {
+    if let Some(m) = &o.max_size {
         cmd.env(fntrace::ENV_MAX_SIZE, m);
+    }
+    if let Some(d) = o.depth {
+        cmd.env("FNTRACE_DEPTH", d.to_string());
+    }
+    if !o.filter.is_empty() {
+        cmd.env("FNTRACE_FILTER", o.filter.join("\n"));
+    }
+    if !o.notrace.is_empty() {
+        cmd.env("FNTRACE_NOTRACE", o.notrace.join("\n"));
+    }
+    if let Some(p) = &preload {
+        let mut v = std::ffi::OsString::from(p);
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            v.push(":");
+            v.push(old);
+        }
+        cmd.env("LD_PRELOAD", v);
     }
     // Ctrl-C goes to the child; we stay to report what it recorded.
     // SAFETY: setting SIGINT/SIGQUIT to ignored has no preconditions.
@@ -291,9 +360,9 @@ fn record(output: &Path, max_size: Option<&str>, command: &[String]) -> Result<E
         }
     } else {
         eprintln!(
-            "fntrace: {} wrote no trace: it is not instrumented. Build it with #[fntrace::instrument_fn] \
-             on the functions to trace (with `fntrace` as a dependency).",
-            command[0]
+            "fntrace: {} wrote no trace. {}",
+            command[0],
+            probe::build_advice(&command[0])
         );
     }
     if let Some(sig) = status.signal() {

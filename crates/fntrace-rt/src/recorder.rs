@@ -18,7 +18,6 @@
 //! handed out. Mappings are never unmapped, so a thread still finishing an
 //! event of an old session writes into valid memory.
 
-use std::cell::UnsafeCell;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -170,9 +169,8 @@ unsafe impl Send for Session {}
 // SAFETY: a Cursor is only used under the `meta` Mutex or by its thread.
 unsafe impl Send for Cursor {}
 
-/// Per-thread recorder state. Constant-initialised and without `Drop`, so
-/// access is a plain TLS offset; thread exit is observed through
-/// [`ExitHook`].
+/// Per-thread recorder state, in a zero-initialised TLS block (see
+/// [`state_ptr`]); thread exit is observed through [`ExitHook`].
 struct ThreadState {
     /// Session this state writes to (0 = none).
     session: u32,
@@ -199,22 +197,6 @@ struct ThreadState {
 }
 
 thread_local! {
-    static STATE: UnsafeCell<ThreadState> = const {
-        UnsafeCell::new(ThreadState {
-            session: 0,
-            busy: false,
-            dead: false,
-            full: false,
-            cur: Cursor::EMPTY,
-            depth: 0,
-            tid: 0,
-            lost: 0,
-            session_ptr: ptr::null(),
-            shadow: Shadow::EMPTY,
-            trace_regions: 0,
-            notrace_regions: 0,
-        })
-    };
     static EXIT_HOOK: ExitHook = const { ExitHook };
 }
 
@@ -237,16 +219,57 @@ impl Drop for ExitHook {
     }
 }
 
+// The per-thread state lives in a TLS block of our own, reached with the
+// initial-exec model (`%fs`-relative through one GOT slot). Rust's
+// `thread_local!` would use the general-dynamic model in the `LD_PRELOAD`
+// library, a `__tls_get_addr` call on every event. The block is
+// zero-initialised, and all-zero is a valid empty `ThreadState`.
+core::arch::global_asm!(
+    ".section .tbss,\"awT\",@nobits",
+    ".balign 64",
+    ".globl fntrace_thread_state",
+    ".hidden fntrace_thread_state",
+    ".type fntrace_thread_state, @object",
+    ".size fntrace_thread_state, {size}",
+    "fntrace_thread_state:",
+    ".zero {size}",
+    ".text",
+    size = const core::mem::size_of::<ThreadState>(),
+);
+
+/// Address of the calling thread's state.
+#[inline(always)]
+fn state_ptr() -> *mut ThreadState {
+    let p: *mut ThreadState;
+    // SAFETY: reads the thread pointer and adds the TLS offset of
+    // `fntrace_thread_state` from the GOT; touches no other state.
+    unsafe {
+        core::arch::asm!(
+            "mov {p}, qword ptr fs:[0]",
+            "add {p}, qword ptr [rip + fntrace_thread_state@GOTTPOFF]",
+            p = out(reg) p,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    p
+}
+
+/// The calling thread's state (see [`with_state`] for the aliasing rule).
+#[inline(always)]
+#[allow(clippy::mut_from_ref)]
+fn state() -> &'static mut ThreadState {
+    // SAFETY: as in `with_state`.
+    unsafe { &mut *state_ptr() }
+}
+
 #[inline(always)]
 fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> R {
-    STATE.with(|c| {
-        // SAFETY: the state is only touched by its own thread. Reentrant
-        // use (a signal handler interrupting the recorder) is excluded by
-        // the `busy` flag, which every path checks before changing anything
-        // else and which is only set and cleared by the code that owns the
-        // state at that moment.
-        f(unsafe { &mut *c.get() })
-    })
+    // SAFETY: the state is only touched by its own thread. Reentrant
+    // use (a signal handler interrupting the recorder) is excluded by
+    // the `busy` flag, which every path checks before changing anything
+    // else and which is only set and cleared by the code that owns the
+    // state at that moment. All-zero memory is a valid `ThreadState`.
+    f(unsafe { &mut *state_ptr() })
 }
 
 /// The session `t` is attached to, if it is still the current one.
@@ -323,21 +346,20 @@ pub(crate) fn record_site_entry(
     site: &'static Site,
     self_type: Option<fn() -> &'static str>,
 ) -> bool {
-    with_state(|t| {
-        let sid = SESSION.load(Ordering::Relaxed);
-        if t.session != sid || t.busy {
-            return entry_slow(t, site, self_type);
-        }
-        t.busy = true;
-        compiler_fence(Ordering::SeqCst);
-        if site.registered.load(Ordering::Relaxed) != sid {
-            register_site(t, site, self_type, sid);
-        }
-        record_entry_inner(t, site.key());
-        compiler_fence(Ordering::SeqCst);
-        t.busy = false;
-        true
-    })
+    let t = state();
+    let sid = SESSION.load(Ordering::Relaxed);
+    if t.session != sid || t.busy {
+        return entry_slow(t, site, self_type);
+    }
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    if site.registered.load(Ordering::Relaxed) != sid {
+        register_site(t, site, self_type, sid);
+    }
+    record_entry_inner(t, site.key());
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+    true
 }
 
 #[inline(always)]
@@ -367,17 +389,16 @@ fn record_entry_inner(t: &mut ThreadState, func: u64) {
 /// Records the exit of the innermost recorded call.
 #[inline]
 pub(crate) fn record_exit() {
-    with_state(|t| {
-        let sid = SESSION.load(Ordering::Relaxed);
-        if t.session != sid || t.busy || t.depth == 0 {
-            return;
-        }
-        t.busy = true;
-        compiler_fence(Ordering::SeqCst);
-        exit_inner(t);
-        compiler_fence(Ordering::SeqCst);
-        t.busy = false;
-    })
+    let t = state();
+    let sid = SESSION.load(Ordering::Relaxed);
+    if t.session != sid || t.busy || t.depth == 0 {
+        return;
+    }
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    exit_inner(t);
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
 }
 
 /// Writes an exit record; the caller holds `busy` on an attached thread.
@@ -431,48 +452,48 @@ fn hook_decision(t: &ThreadState, func: u64) -> (bool, u32) {
 /// `slot` must be the address of the live return-address slot of the
 /// function being entered, and `tramp` an exit trampoline that ends in
 /// [`hook_exit`].
-#[inline]
+#[inline(always)]
 pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64) {
-    with_state(|t| {
-        let sid = SESSION.load(Ordering::Relaxed);
-        if (t.session != sid || t.busy) && !attach_slow(t) {
-            return;
+    let t = state();
+    let sid = SESSION.load(Ordering::Relaxed);
+    if (t.session != sid || t.busy) && !attach_slow(t) {
+        return;
+    }
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    if t.shadow.restored {
+        resync(t, tramp);
+    }
+    let (record, flags) = hook_decision(t, func);
+    if (record || flags != 0) && t.shadow.has_room() {
+        // SAFETY: by the caller's contract `slot` is the live return
+        // slot of the function being entered, on this thread's stack.
+        let ret = unsafe { slot.read() };
+        if record {
+            record_entry_inner(t, func);
         }
-        t.busy = true;
-        compiler_fence(Ordering::SeqCst);
-        if t.shadow.restored {
-            resync(t, tramp);
+        if flags & F_TRACE != 0 {
+            t.trace_regions += 1;
         }
-        let (record, flags) = hook_decision(t, func);
-        if (record || flags != 0) && t.shadow.has_room() {
-            // SAFETY: by the caller's contract `slot` is the live return
-            // slot of the function being entered, on this thread's stack.
-            let ret = unsafe { slot.read() };
-            if record {
-                record_entry_inner(t, func);
-            }
-            if flags & F_TRACE != 0 {
-                t.trace_regions += 1;
-            }
-            if flags & F_NOTRACE != 0 {
-                t.notrace_regions += 1;
-            }
-            let rec = if record { F_RECORDED } else { 0 };
-            t.shadow
-                .push(Frame::new(ret, slot as u64, func, flags | rec | F_HIJACKED));
-            // SAFETY: as above; the original is kept in the shadow frame.
-            unsafe { slot.write(tramp) };
-        } else if record {
-            // Too deep for the shadow stack: not recorded, counted.
-            t.lost += 1;
+        if flags & F_NOTRACE != 0 {
+            t.notrace_regions += 1;
         }
-        compiler_fence(Ordering::SeqCst);
-        t.busy = false;
-    })
+        let rec = if record { F_RECORDED } else { 0 };
+        t.shadow
+            .push(Frame::new(ret, slot as u64, func, flags | rec | F_HIJACKED));
+        // SAFETY: as above; the original is kept in the shadow frame.
+        unsafe { slot.write(tramp) };
+    } else if record {
+        // Too deep for the shadow stack: not recorded, counted.
+        t.lost += 1;
+    }
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
 }
 
 /// Pops shadow frames `from..` (newest first), recording the exits of the
 /// recorded ones (if `record`) and leaving their filter regions.
+#[inline(always)]
 fn pop_frames(t: &mut ThreadState, from: usize, record: bool) {
     while t.shadow.len > from {
         let top = t.shadow.len - 1;
@@ -495,22 +516,21 @@ fn pop_frames(t: &mut ThreadState, from: usize, record: bool) {
 /// newer ones, skipped by `longjmp`) and returns the original return
 /// address. A slot without a frame aborts with a message: there is no
 /// address to return to.
-#[inline]
+#[inline(always)]
 pub fn hook_exit(slot: u64) -> u64 {
-    with_state(|t| {
-        let Some(i) = t.shadow.find_slot(slot) else {
-            lost_return_address(slot)
-        };
-        let ret = t.shadow.frames()[i].ret;
-        let record = !t.busy && t.session == SESSION.load(Ordering::Relaxed);
-        let was_busy = t.busy;
-        t.busy = true;
-        compiler_fence(Ordering::SeqCst);
-        pop_frames(t, i, record);
-        compiler_fence(Ordering::SeqCst);
-        t.busy = was_busy;
-        ret
-    })
+    let t = state();
+    let Some(i) = t.shadow.find_slot(slot) else {
+        lost_return_address(slot)
+    };
+    let ret = t.shadow.frames()[i].ret;
+    let record = !t.busy && t.session == SESSION.load(Ordering::Relaxed);
+    let was_busy = t.busy;
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    pop_frames(t, i, record);
+    compiler_fence(Ordering::SeqCst);
+    t.busy = was_busy;
+    ret
 }
 
 #[cold]
@@ -529,66 +549,64 @@ fn lost_return_address(slot: u64) -> ! {
 
 /// Entry of a function that announces its exit explicitly
 /// (`__cyg_profile_func_enter`).
-#[inline]
+#[inline(always)]
 pub fn explicit_entry(func: u64) {
-    with_state(|t| {
-        let sid = SESSION.load(Ordering::Relaxed);
-        if (t.session != sid || t.busy) && !attach_slow(t) {
-            return;
+    let t = state();
+    let sid = SESSION.load(Ordering::Relaxed);
+    if (t.session != sid || t.busy) && !attach_slow(t) {
+        return;
+    }
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    let (record, flags) = hook_decision(t, func);
+    if t.shadow.has_room() {
+        if record {
+            record_entry_inner(t, func);
         }
-        t.busy = true;
-        compiler_fence(Ordering::SeqCst);
-        let (record, flags) = hook_decision(t, func);
-        if t.shadow.has_room() {
-            if record {
-                record_entry_inner(t, func);
-            }
-            if flags & F_TRACE != 0 {
-                t.trace_regions += 1;
-            }
-            if flags & F_NOTRACE != 0 {
-                t.notrace_regions += 1;
-            }
-            let rec = if record { F_RECORDED } else { 0 };
-            t.shadow.push(Frame::new(0, 0, func, flags | rec));
-        } else {
-            t.shadow.overflow += 1;
-            if record {
-                t.lost += 1;
-            }
+        if flags & F_TRACE != 0 {
+            t.trace_regions += 1;
         }
-        compiler_fence(Ordering::SeqCst);
-        t.busy = false;
-    })
+        if flags & F_NOTRACE != 0 {
+            t.notrace_regions += 1;
+        }
+        let rec = if record { F_RECORDED } else { 0 };
+        t.shadow.push(Frame::new(0, 0, func, flags | rec));
+    } else {
+        t.shadow.overflow += 1;
+        if record {
+            t.lost += 1;
+        }
+    }
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
 }
 
 /// Exit announced explicitly (`__cyg_profile_func_exit`): pops to the
 /// newest frame of `func` (newer ones were skipped by `longjmp`).
-#[inline]
+#[inline(always)]
 pub fn explicit_exit(func: u64) {
-    with_state(|t| {
-        if t.busy {
-            return;
-        }
-        if t.shadow.overflow > 0 {
-            t.shadow.overflow -= 1;
-            return;
-        }
-        let Some(i) = t
-            .shadow
-            .frames()
-            .iter()
-            .rposition(|f| f.func == func && f.slot == 0)
-        else {
-            return;
-        };
-        let record = t.session == SESSION.load(Ordering::Relaxed);
-        t.busy = true;
-        compiler_fence(Ordering::SeqCst);
-        pop_frames(t, i, record);
-        compiler_fence(Ordering::SeqCst);
-        t.busy = false;
-    })
+    let t = state();
+    if t.busy {
+        return;
+    }
+    if t.shadow.overflow > 0 {
+        t.shadow.overflow -= 1;
+        return;
+    }
+    let Some(i) = t
+        .shadow
+        .frames()
+        .iter()
+        .rposition(|f| f.func == func && f.slot == 0)
+    else {
+        return;
+    };
+    let record = t.session == SESSION.load(Ordering::Relaxed);
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    pop_frames(t, i, record);
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
 }
 
 /// Puts the original return addresses back into every hijacked slot of

@@ -54,7 +54,8 @@ impl Frame {
     }
 }
 
-/// A thread's shadow stack.
+/// A thread's shadow stack. All-zero is the empty, unreserved stack (it
+/// lives in the recorder's zero-initialised TLS block).
 #[derive(Debug)]
 pub(crate) struct Shadow {
     base: *mut Frame,
@@ -73,16 +74,6 @@ pub(crate) struct Shadow {
 }
 
 impl Shadow {
-    /// An empty, unreserved shadow stack.
-    pub(crate) const EMPTY: Shadow = Shadow {
-        base: ptr::null_mut(),
-        len: 0,
-        overflow: 0,
-        restored: false,
-        resync_floor: 0,
-        failed: false,
-    };
-
     /// Whether another frame fits (reserving the stack on first use).
     #[inline(always)]
     pub(crate) fn has_room(&mut self) -> bool {

@@ -1,0 +1,104 @@
+//! What instrumentation a program carries, found by reading its ELF file
+//! before `fntrace record` runs it, and where the preload runtime is.
+
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSection, ObjectSymbol};
+
+/// Instrumentation found in an executable.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Instrumentation {
+    /// The fntrace runtime is linked in (`#[instrument_fn]` or the static
+    /// compiler-hooks runtime).
+    pub runtime: bool,
+    /// Calls `mcount`/`_mcount` (`-pg`, `-Zinstrument-mcount`).
+    pub mcount: bool,
+    /// Calls `__fentry__` (`-pg -mfentry`).
+    pub fentry: bool,
+    /// Calls `__cyg_profile_func_enter` (`-finstrument-functions`).
+    pub cyg_profile: bool,
+    /// Has XRay sleds (`xray_instr_map`).
+    pub xray: bool,
+    /// Has patchable entries (`__patchable_function_entries`).
+    pub patchable: bool,
+}
+
+impl Instrumentation {
+    /// Whether a compiler hook needs the preload runtime.
+    pub fn needs_preload(&self) -> bool {
+        (self.mcount || self.fentry || self.cyg_profile) && !self.runtime
+    }
+
+    /// Whether anything fntrace can record was found.
+    pub fn any(&self) -> bool {
+        self.runtime || self.mcount || self.fentry || self.cyg_profile || self.xray
+    }
+}
+
+/// Reads the instrumentation of the ELF file at `path`; `None` if it is
+/// not an ELF file (a script, say).
+pub fn inspect(path: &Path) -> Option<Instrumentation> {
+    let data = std::fs::read(path).ok()?;
+    let obj = object::File::parse(&*data).ok()?;
+    let mut ins = Instrumentation::default();
+    for s in obj.symbols().chain(obj.dynamic_symbols()) {
+        let Ok(name) = s.name() else { continue };
+        match name {
+            "mcount" | "_mcount" if s.is_undefined() => ins.mcount = true,
+            "__fentry__" if s.is_undefined() => ins.fentry = true,
+            "__cyg_profile_func_enter" if s.is_undefined() => ins.cyg_profile = true,
+            "fntrace_exit_trampoline" if s.is_definition() => ins.runtime = true,
+            _ if s.is_definition() && name.contains("10fntrace_rt") => ins.runtime = true,
+            _ => {}
+        }
+    }
+    for sec in obj.sections() {
+        match sec.name() {
+            Ok("xray_instr_map") => ins.xray = true,
+            Ok("__patchable_function_entries") => ins.patchable = true,
+            _ => {}
+        }
+    }
+    Some(ins)
+}
+
+/// Finds `name` on `PATH` the way `execvp` would.
+pub fn which(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Some(PathBuf::from(name));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// File name of the preload runtime.
+pub const PRELOAD_NAME: &str = "libfntrace_preload.so";
+
+/// Locates the preload runtime: `$FNTRACE_PRELOAD`, then next to the
+/// `fntrace` executable, then in `../lib` and `../lib/fntrace` from it.
+pub fn preload_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FNTRACE_PRELOAD") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    // Test binaries live in target/<profile>/deps.
+    let cands = [
+        dir.join(PRELOAD_NAME),
+        dir.join("../lib").join(PRELOAD_NAME),
+        dir.join("../lib/fntrace").join(PRELOAD_NAME),
+        dir.join("..").join(PRELOAD_NAME),
+    ];
+    cands.into_iter().find(|p| p.is_file())
+}
+
+/// The advice printed for a program without usable instrumentation.
+pub fn build_advice(prog: &str) -> String {
+    format!(
+        "{prog} has no instrumentation fntrace can record. Rebuild it with one of:\n\
+         \x20 C/C++:  gcc -pg | gcc -pg -mfentry | gcc -finstrument-functions\n\
+         \x20 Rust:   cargo fntrace build --instrument=mcount   (rustc -Zinstrument-mcount)\n\
+         \x20         or #[fntrace::instrument_fn] on the functions to trace"
+    )
+}
