@@ -9,10 +9,10 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use fntrace_cli::analysis::{NamePattern, parse_duration};
-use fntrace_cli::probe;
 use fntrace_cli::commands::{
     Format, ReplayOptions, SortKey, report_rows, write_info, write_replay, write_report,
 };
+use fntrace_cli::probe;
 use fntrace_format::Trace;
 
 #[derive(Parser)]
@@ -264,8 +264,8 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
     for r in o.filter.iter().chain(&o.notrace) {
         regex::Regex::new(r).with_context(|| format!("bad function pattern {r:?}"))?;
     }
-    let prog = probe::which(&command[0])
-        .with_context(|| format!("{}: command not found", command[0]))?;
+    let prog =
+        probe::which(&command[0]).with_context(|| format!("{}: command not found", command[0]))?;
     let ins = probe::inspect(&prog);
     let preload = match &ins {
         Some(i) if i.runtime && !i.needs_preload() => None,

@@ -8,6 +8,7 @@
 //! (`FNTRACE_OUTPUT` and friends) in the runtime's constructor; `dlopen`
 //! is wrapped so modules loaded later are added to the trace's module map.
 
+pub use fntrace_rt::hooks::dl::dlopen;
 pub use fntrace_rt::hooks::tramp::{
     __cyg_profile_func_enter, __cyg_profile_func_exit, __fentry__, _mcount, mcount,
 };
@@ -15,4 +16,3 @@ pub use fntrace_rt::hooks::unwind::{
     _Unwind_Backtrace, _Unwind_ForcedUnwind, _Unwind_RaiseException, _Unwind_Resume,
     _Unwind_Resume_or_Rethrow, _Unwind_SetIP, backtrace,
 };
-pub use fntrace_rt::hooks::dl::dlopen;

@@ -76,6 +76,9 @@ pub struct Options {
     /// `fntrace record` asks for, so that child processes that are also
     /// instrumented write their own files instead of overwriting).
     pub exclusive: bool,
+    /// A child created by `fork` records into its own file, `PATH.PID`
+    /// (what `fntrace record` asks for); otherwise children record nothing.
+    pub follow_fork: bool,
 }
 
 impl Options {
@@ -85,6 +88,7 @@ impl Options {
             path: path.into(),
             max_size: DEFAULT_MAX_SIZE,
             exclusive: false,
+            follow_fork: false,
         }
     }
 }
@@ -156,6 +160,8 @@ struct Session {
     lost: AtomicU64,
     threads: AtomicU32,
     header: Header,
+    /// The options the session was started with (for forked children).
+    opts: Options,
     meta: Mutex<Cursor>,
     /// Modules already described (start, size).
     modules: Mutex<Vec<(u64, u64)>>,
@@ -662,10 +668,19 @@ pub fn unwound_to(cfa: u64) {
     })
 }
 
-/// Re-hijacks restored frames right away (after a backtrace).
-pub fn rehijack_now(tramp: u64) {
+/// Starts a stack walk (a backtrace): original return addresses are put
+/// back and stay there, even while code called by the walker runs, until
+/// [`end_walk`].
+pub fn begin_walk(tramp: u64) {
+    restore_return_addresses(tramp);
+    with_state(|t| t.shadow.walking += 1);
+}
+
+/// Ends a stack walk begun with [`begin_walk`] and re-hijacks the frames.
+pub fn end_walk(tramp: u64) {
     with_state(|t| {
-        if !t.busy && t.shadow.restored {
+        t.shadow.walking = t.shadow.walking.saturating_sub(1);
+        if !t.busy && t.shadow.restored && t.shadow.walking == 0 {
             t.busy = true;
             resync(t, tramp);
             t.busy = false;
@@ -1155,6 +1170,7 @@ fn create_session(opts: &Options) -> io::Result<Session> {
         lost: AtomicU64::new(0),
         threads: AtomicU32::new(0),
         header,
+        opts: opts.clone(),
         meta: Mutex::new(Cursor::EMPTY),
         modules: Mutex::new(Vec::new()),
     };
@@ -1314,8 +1330,32 @@ extern "C" fn at_exit() {
 extern "C" fn after_fork_child() {
     // The child shares the parent's MAP_SHARED mapping: it must never write
     // to it. It records nothing unless it starts a session of its own.
+    let p = CURRENT.load(Ordering::Acquire);
+    let was = SESSION.load(Ordering::Acquire);
     SESSION.store(0, Ordering::Release);
     CURRENT.store(ptr::null_mut(), Ordering::Release);
+    if p.is_null() || was == 0 || was == UNINIT {
+        return;
+    }
+    // SAFETY: sessions are leaked.
+    let s: &'static Session = unsafe { &*p };
+    // SAFETY: closing the parent's descriptor in the child only.
+    unsafe { libc::close(s.fd) };
+    if !s.opts.follow_fork {
+        return;
+    }
+    // A thread of the parent may have held the lock; it does not exist here.
+    let Ok(_l) = LIFECYCLE.try_lock() else {
+        return;
+    };
+    let mut o = s.opts.clone();
+    let mut name = o.path.clone().into_os_string();
+    name.push(format!(".{}", std::process::id()));
+    o.path = name.into();
+    o.exclusive = true;
+    if let Err(e) = start_locked(&o) {
+        eprintln!("fntrace: child {}: cannot record: {e}", std::process::id());
+    }
 }
 
 fn install_process_hooks() {
@@ -1365,6 +1405,7 @@ pub(crate) fn init_from_env() {
             opts.max_size = m;
         }
         opts.exclusive = std::env::var_os(ENV_EXCLUSIVE).is_some_and(|v| v == "1");
+        opts.follow_fork = opts.exclusive;
         crate::filter::init_from_env();
         let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = start_locked(&opts) {

@@ -69,6 +69,9 @@ pub(crate) struct Shadow {
     pub restored: bool,
     /// Lowest live slot address known after a landing pad was installed.
     pub resync_floor: u64,
+    /// Stack walks in progress on this thread (frames stay restored: the
+    /// walker's callbacks may run instrumented code).
+    pub walking: u32,
     /// The reservation failed; never try again.
     failed: bool,
 }

@@ -115,15 +115,28 @@ macro_rules! entry_trampoline {
 
 /// glibc-compatible `mcount`, called by `gcc -pg` and
 /// `rustc -Zinstrument-mcount` code after the prologue.
+///
+/// # Safety
+/// Only compiler-generated instrumentation may call this, with the calling
+/// convention described in the module documentation.
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mcount() {
     // pc: our return address; slot: 8 above the callee's frame pointer
     // (which our frame saved at [rbp]).
-    entry_trampoline!(mcount_entry, "mov rdi, [rbp + 8]", "mov rsi, [rbp]", "add rsi, 8")
+    entry_trampoline!(
+        mcount_entry,
+        "mov rdi, [rbp + 8]",
+        "mov rsi, [rbp]",
+        "add rsi, 8"
+    )
 }
 
 /// The other spelling of [`mcount`] some toolchains emit.
+///
+/// # Safety
+/// Only compiler-generated instrumentation may call this, with the calling
+/// convention described in the module documentation.
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _mcount() {
@@ -132,15 +145,28 @@ pub unsafe extern "C" fn _mcount() {
 
 /// `__fentry__`, called by `gcc -pg -mfentry` code as the first
 /// instruction of every function.
+///
+/// # Safety
+/// Only compiler-generated instrumentation may call this, with the calling
+/// convention described in the module documentation.
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __fentry__() {
     // func: our return address minus the 5-byte call; slot: the word above
     // our return address.
-    entry_trampoline!(fentry_entry, "mov rdi, [rbp + 8]", "sub rdi, 5", "lea rsi, [rbp + 16]")
+    entry_trampoline!(
+        fentry_entry,
+        "mov rdi, [rbp + 8]",
+        "sub rdi, 5",
+        "lea rsi, [rbp + 16]"
+    )
 }
 
 /// Where hijacked returns land. Never called directly.
+///
+/// # Safety
+/// Only reached by a `ret` through a return-address slot hijacked by this
+/// runtime; never call it.
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fntrace_exit_trampoline() {

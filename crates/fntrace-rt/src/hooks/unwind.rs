@@ -101,8 +101,7 @@ pub unsafe extern "C" fn _Unwind_Resume(e: *mut UnwindException) -> ! {
     restore();
     // SAFETY: the real function has this signature and does not return.
     unsafe {
-        let f: unsafe extern "C" fn(*mut UnwindException) -> ! =
-            core::mem::transmute(RESUME.get());
+        let f: unsafe extern "C" fn(*mut UnwindException) -> ! = core::mem::transmute(RESUME.get());
         f(e)
     }
 }
@@ -164,14 +163,14 @@ pub unsafe extern "C" fn _Unwind_SetIP(ctx: *mut UnwindContext, ip: usize) {
 /// Called with a valid trace callback.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _Unwind_Backtrace(trace: *mut c_void, arg: *mut c_void) -> Reason {
-    restore();
+    recorder::begin_walk(exit_trampoline_addr());
     // SAFETY: the real function has this signature.
     let r = unsafe {
         let f: unsafe extern "C" fn(*mut c_void, *mut c_void) -> Reason =
             core::mem::transmute(BACKTRACE_UW.get());
         f(trace, arg)
     };
-    recorder::rehijack_now(exit_trampoline_addr());
+    recorder::end_walk(exit_trampoline_addr());
     r
 }
 
@@ -189,14 +188,14 @@ pub unsafe extern "C" fn backtrace(buf: *mut *mut c_void, size: c_int) -> c_int 
     const MAX: usize = 256;
     let mut tmp = [core::ptr::null_mut::<c_void>(); MAX + 1];
     let want = (size as usize).min(MAX) + 1;
-    restore();
+    recorder::begin_walk(exit_trampoline_addr());
     // SAFETY: the real function has this signature; `tmp` holds `want`.
     let n = unsafe {
         let f: unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int =
             core::mem::transmute(BACKTRACE.get());
         f(tmp.as_mut_ptr(), want as c_int)
     };
-    recorder::rehijack_now(exit_trampoline_addr());
+    recorder::end_walk(exit_trampoline_addr());
     let n = (n.max(1) as usize - 1).min(size as usize);
     // SAFETY: `buf` has room for `size >= n` pointers (caller contract).
     unsafe { core::ptr::copy_nonoverlapping(tmp.as_ptr().add(1), buf, n) };

@@ -1,0 +1,339 @@
+//! Compiler-hook recording end to end: C, C++ and Rust programs built with
+//! `-pg`, `-pg -mfentry`, `-finstrument-functions` and
+//! `-Zinstrument-mcount`, run under `fntrace record` (which injects the
+//! preload runtime). Each test checks that the program's output is the
+//! same as without tracing and that the trace is complete and well nested.
+//! The compilers are required: a missing gcc, g++ or rustc fails the test.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use fntrace_cli::analysis::{Call, Visitor, walk_thread};
+use fntrace_cli::commands::{SortKey, report_rows};
+use fntrace_format::Trace;
+
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hooks");
+
+fn fntrace_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_fntrace"))
+}
+
+/// Builds the preload library of the same profile once.
+fn preload() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = fntrace_bin().parent().unwrap().to_path_buf();
+        let mut c = Command::new(env!("CARGO"));
+        c.args(["build", "-q", "-p", "fntrace-preload"]);
+        if dir.ends_with("release") {
+            c.arg("--release");
+        }
+        let st = c.status().expect("cargo");
+        assert!(st.success(), "building fntrace-preload failed");
+        let p = dir.join("libfntrace_preload.so");
+        assert!(p.is_file(), "{} missing", p.display());
+        p
+    })
+    .clone()
+}
+
+fn compile(tool: &str, args: &[&str]) {
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{tool} is required for this test: {e}"));
+    assert!(
+        out.status.success(),
+        "{tool} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds `src` (in tests/hooks) with `flags` into `dir/name`.
+fn build(dir: &Path, src: &str, name: &str, flags: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let src = format!("{SRC}/{src}");
+    let o = out.to_str().unwrap();
+    if src.ends_with(".rs") {
+        let mut a = vec!["-O", "--edition", "2021"];
+        a.extend(flags);
+        a.extend(["-o", o, &src]);
+        let st = Command::new("rustc")
+            .args(&a)
+            .env("RUSTC_BOOTSTRAP", "1")
+            .status()
+            .expect("rustc is required");
+        assert!(st.success(), "rustc {a:?} failed");
+    } else {
+        let tool = if src.ends_with(".cc") { "g++" } else { "gcc" };
+        let mut a = vec!["-O2", "-fno-optimize-sibling-calls", "-g"];
+        a.extend(flags);
+        a.extend(["-o", o, &src, "-lpthread", "-ldl"]);
+        compile(tool, &a);
+    }
+    out
+}
+
+fn run_plain(bin: &Path, args: &[&str]) -> String {
+    let out = Command::new(bin).args(args).output().unwrap();
+    assert!(out.status.success(), "{} failed", bin.display());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs under `fntrace record -o DIR/t.data`; returns stdout.
+fn run_traced(dir: &Path, bin: &Path, args: &[&str]) -> String {
+    let out = Command::new(fntrace_bin())
+        .args(["record", "-o"])
+        .arg(dir.join("t.data"))
+        .arg("--")
+        .arg(bin)
+        .args(args)
+        .env("FNTRACE_PRELOAD", preload())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "traced {} failed: {}",
+        bin.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Calls per function name, and calls without a recorded exit.
+fn summary(path: &Path) -> (HashMap<String, u64>, u64) {
+    let t = Trace::open(path).unwrap();
+    assert!(t.damage().is_empty(), "{:?}", t.damage());
+    let calls = report_rows(&t, false, SortKey::Name)
+        .into_iter()
+        .map(|r| (r.function, r.calls))
+        .collect();
+    struct Nop;
+    impl Visitor for Nop {
+        fn call(&mut self, _c: &Call) {}
+    }
+    let incomplete = t
+        .thread_ids()
+        .into_iter()
+        .map(|tid| walk_thread(&t, tid, &mut Nop).incomplete)
+        .sum();
+    (calls, incomplete)
+}
+
+fn calls(m: &HashMap<String, u64>, f: &str) -> u64 {
+    m.get(f).copied().unwrap_or(0)
+}
+
+const C_MODES: [(&str, &[&str]); 5] = [
+    ("pg", &["-pg"]),
+    ("pg-nopie", &["-pg", "-no-pie", "-fno-pie"]),
+    ("fentry", &["-pg", "-mfentry"]),
+    ("cyg", &["-finstrument-functions"]),
+    (
+        "cyg-nopie",
+        &["-finstrument-functions", "-no-pie", "-fno-pie"],
+    ),
+];
+
+#[test]
+fn fib_call_count_for_each_gcc_mechanism() {
+    let d = tempfile::tempdir().unwrap();
+    let fib = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/workloads/fib.c"
+    );
+    for (name, flags) in C_MODES {
+        let mut a = vec!["-O2", "-fno-optimize-sibling-calls"];
+        a.extend(flags);
+        let bin = d.path().join(format!("fib-{name}"));
+        a.extend(["-o", bin.to_str().unwrap(), fib]);
+        compile("gcc", &a);
+        assert_eq!(run_traced(d.path(), &bin, &["20"]), "6765\n");
+        let (m, inc) = summary(&d.path().join("t.data"));
+        assert_eq!(calls(&m, "fib"), 21891, "{name}: {m:?}");
+        assert_eq!(inc, 0, "{name}");
+    }
+}
+
+#[test]
+fn longjmp_keeps_the_program_and_the_trace_right() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in C_MODES {
+        let bin = build(d.path(), "longjmp.c", &format!("lj-{name}"), flags);
+        let plain = run_plain(&bin, &[]);
+        assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
+        let (m, inc) = summary(&d.path().join("t.data"));
+        assert_eq!(calls(&m, "work"), 100, "{name}: {m:?}");
+        assert_eq!(calls(&m, "deep"), 600, "{name}: {m:?}");
+        assert_eq!(calls(&m, "leaf"), 100, "{name}: {m:?}");
+        assert_eq!(inc, 0, "{name}");
+    }
+}
+
+#[test]
+fn cpp_exceptions_through_instrumented_frames() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in C_MODES {
+        let bin = build(d.path(), "exception.cc", &format!("ex-{name}"), flags);
+        let plain = run_plain(&bin, &[]);
+        assert_eq!(plain, "10000 400\n");
+        assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
+        let (m, inc) = summary(&d.path().join("t.data"));
+        assert_eq!(calls(&m, "thrower(int)"), 400, "{name}: {m:?}");
+        assert_eq!(calls(&m, "catcher(int)"), 100, "{name}: {m:?}");
+        assert_eq!(calls(&m, "after(int)"), 100, "{name}: {m:?}");
+        assert_eq!(inc, 0, "{name}");
+    }
+}
+
+#[test]
+fn eight_threads_fork_exec_and_deep_recursion() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in C_MODES {
+        let bin = build(d.path(), "threads_fork.c", &format!("tf-{name}"), flags);
+        // 8 threads, each a complete stream.
+        assert_eq!(run_traced(d.path(), &bin, &["threads"]), "4880\n");
+        let t = Trace::open(d.path().join("t.data")).unwrap();
+        let mut workers = 0;
+        for tid in t.thread_ids() {
+            struct Count(u64, u64);
+            impl Visitor for Count {
+                fn call(&mut self, c: &Call) {
+                    self.0 += 1;
+                    self.1 = self.1.max(c.depth as u64);
+                }
+            }
+            let mut c = Count(0, 0);
+            let s = walk_thread(&t, tid, &mut c);
+            assert_eq!(s.incomplete, 0, "{name}");
+            if c.0 == 1974 {
+                workers += 1;
+                assert_eq!(c.1, 15, "{name}: depth");
+            }
+        }
+        assert_eq!(workers, 8, "{name}");
+        // fork: the child writes t.data.PID.
+        for f in std::fs::read_dir(d.path()).unwrap() {
+            let p = f.unwrap().path();
+            if p.to_str().unwrap().contains("t.data.") {
+                std::fs::remove_file(p).unwrap();
+            }
+        }
+        let out = run_traced(d.path(), &bin, &["fork"]);
+        assert_eq!(out, run_plain(&bin, &["fork"]), "{name}");
+        let (m, inc) = summary(&d.path().join("t.data"));
+        assert_eq!(calls(&m, "fib"), 465, "{name}: parent {m:?}");
+        assert_eq!(inc, 0);
+        let child: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|f| f.unwrap().path())
+            .filter(|p| p.to_str().unwrap().contains("t.data."))
+            .collect();
+        assert_eq!(child.len(), 1, "{name}: child traces {child:?}");
+        let (m, _) = summary(&child[0]);
+        assert_eq!(calls(&m, "in_child"), 1, "{name}: child {m:?}");
+        assert_eq!(calls(&m, "fib"), 177, "{name}: child {m:?}");
+        std::fs::remove_file(&child[0]).unwrap();
+        // exec: the new image records into t.data.PID.
+        let out = run_traced(d.path(), &bin, &["exec"]);
+        assert_eq!(out, "before exec 5\nafter exec 21\n", "{name}");
+        let (m, _) = summary(&d.path().join("t.data"));
+        assert_eq!(calls(&m, "fib"), 15, "{name}: before exec {m:?}");
+        let after: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|f| f.unwrap().path())
+            .filter(|p| p.to_str().unwrap().contains("t.data."))
+            .collect();
+        assert_eq!(after.len(), 1, "{name}: {after:?}");
+        let (m, _) = summary(&after[0]);
+        assert_eq!(calls(&m, "fib"), 67, "{name}: after exec {m:?}");
+        std::fs::remove_file(&after[0]).unwrap();
+        // Recursion 100,000 deep is recorded whole; 300,000 deep is
+        // recorded as far as the shadow stack goes, without crashing.
+        assert_eq!(run_traced(d.path(), &bin, &["deep"]), "100000\n300000\n");
+        let t = Trace::open(d.path().join("t.data")).unwrap();
+        let rows = report_rows(&t, true, SortKey::Name);
+        let rec: Vec<_> = rows.iter().filter(|r| r.function == "rec").collect();
+        assert_eq!(rec.len(), 2, "{name}");
+        let counts: Vec<u64> = rec.iter().map(|r| r.calls).collect();
+        assert!(counts.contains(&100_001), "{name}: {counts:?}");
+        let big = counts.iter().copied().find(|&c| c != 100_001).unwrap();
+        assert!(big > 100_000 && big < 300_001, "{name}: {big}");
+    }
+}
+
+#[test]
+fn backtraces_and_signal_handlers_inside_traced_code() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in C_MODES {
+        let mut f = flags.to_vec();
+        f.push("-rdynamic");
+        let bin = build(d.path(), "backtrace_signal.c", &format!("bt-{name}"), &f);
+        let plain = run_plain(&bin, &[]);
+        assert!(
+            plain.starts_with("show\nlevel\nlevel\nlevel\nlevel\nmain\n"),
+            "{plain}"
+        );
+        assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
+        let (m, inc) = summary(&d.path().join("t.data"));
+        assert_eq!(calls(&m, "in_handler"), 177, "{name}: {m:?}");
+        assert_eq!(calls(&m, "level"), 4, "{name}: {m:?}");
+        assert_eq!(inc, 0, "{name}");
+    }
+}
+
+#[test]
+fn dlopened_instrumented_library() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in [C_MODES[0], C_MODES[2], C_MODES[3]] {
+        let mut f = flags.to_vec();
+        f.extend(["-shared", "-fPIC"]);
+        let lib = build(d.path(), "dl_plugin.c", &format!("plugin-{name}.so"), &f);
+        let bin = build(d.path(), "dl_main.c", &format!("dl-{name}"), flags);
+        let l = lib.to_str().unwrap();
+        assert_eq!(run_traced(d.path(), &bin, &[l]), run_plain(&bin, &[l]));
+        let (m, inc) = summary(&d.path().join("t.data"));
+        assert_eq!(calls(&m, "plugin_helper"), 10, "{name}: {m:?}");
+        assert_eq!(calls(&m, "local_fn"), 10, "{name}: {m:?}");
+        assert_eq!(inc, 0);
+    }
+}
+
+#[test]
+fn rust_mcount_caught_panics() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(
+        d.path(),
+        "panic.rs",
+        "panic-mcount",
+        &["-Zinstrument-mcount", "-g"],
+    );
+    let plain = run_plain(&bin, &[]);
+    assert_eq!(plain, "2500\n");
+    assert_eq!(run_traced(d.path(), &bin, &[]), plain);
+    let (m, inc) = summary(&d.path().join("t.data"));
+    assert_eq!(calls(&m, "panic::boom"), 200, "{m:?}");
+    assert_eq!(calls(&m, "panic::guarded"), 50, "{m:?}");
+    assert_eq!(calls(&m, "panic::after"), 50, "{m:?}");
+    assert_eq!(inc, 0);
+}
+
+#[test]
+fn uninstrumented_program_gets_build_advice() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(d.path(), "longjmp.c", "plain", &[]);
+    let out = Command::new(fntrace_bin())
+        .args(["record", "-o"])
+        .arg(d.path().join("t.data"))
+        .arg("--")
+        .arg(&bin)
+        .env("FNTRACE_PRELOAD", preload())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no instrumentation"), "{err}");
+    assert!(err.contains("-finstrument-functions"), "{err}");
+}
