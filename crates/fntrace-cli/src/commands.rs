@@ -92,6 +92,14 @@ pub fn report_rows(trace: &Trace, per_thread: bool, sort: SortKey) -> Vec<Row> {
         };
         walk_thread(trace, tid, &mut v);
     }
+    // A counting trace: calls per callee from its arcs, no times.
+    for &(_, to, n) in &trace.metadata().arcs {
+        let a = map.entry((to, 0)).or_insert(Agg {
+            min: 0,
+            ..Agg::default()
+        });
+        a.calls += n;
+    }
     let mut sym = Symbolizer::new(trace.metadata());
     let mut rows: Vec<Row> = map
         .into_iter()

@@ -3,5 +3,6 @@
 
 pub mod analysis;
 pub mod commands;
+pub mod export;
 pub mod probe;
 pub mod symbols;

@@ -12,7 +12,7 @@ use fntrace_cli::analysis::{NamePattern, parse_duration};
 use fntrace_cli::commands::{
     Format, ReplayOptions, SortKey, report_rows, write_info, write_replay, write_report,
 };
-use fntrace_cli::probe;
+use fntrace_cli::{export, probe};
 use fntrace_format::Trace;
 
 #[derive(Parser)]
@@ -46,6 +46,10 @@ enum Cmd {
         /// Record calls at most this deep.
         #[arg(short = 'D', long)]
         depth: Option<u32>,
+        /// Count call-graph arcs (caller site, callee) instead of recording
+        /// timed events, like gprof (mcount, fentry and cyg_profile).
+        #[arg(long)]
+        count: bool,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -86,6 +90,18 @@ enum Cmd {
         /// Show source locations.
         #[arg(long)]
         srcline: bool,
+    },
+    /// Write the trace in another tool's format.
+    Export {
+        /// Trace file.
+        #[arg(default_value = "fntrace.data")]
+        path: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
     },
     /// Describe a trace: program, threads, events, clock, damage.
     Info {
@@ -145,6 +161,7 @@ fn run() -> Result<ExitCode> {
             filter,
             notrace,
             depth,
+            count,
             command,
         } => {
             let o = RecordOptions {
@@ -152,6 +169,7 @@ fn run() -> Result<ExitCode> {
                 filter,
                 notrace,
                 depth,
+                count,
             };
             return record(&output, &o, &command);
         }
@@ -196,6 +214,34 @@ fn run() -> Result<ExitCode> {
             write_replay(&mut out, &t, &o)?;
         }
         Cmd::Info { path } => write_info(&mut out, &open(&path)?)?,
+        Cmd::Export {
+            path,
+            format,
+            output,
+        } => {
+            let t = open(&path)?;
+            warn_damage(&t);
+            let mut buf = Vec::new();
+            match format {
+                ExportFormat::Gmon => {
+                    let s = export::write_gmon(&mut buf, &t)
+                        .with_context(|| format!("{}: cannot export", path.display()))?;
+                    eprintln!(
+                        "fntrace: wrote {} arcs ({} calls, from {}) to {}",
+                        s.arcs,
+                        s.calls,
+                        if s.counted {
+                            "counted arcs"
+                        } else {
+                            "timed calls"
+                        },
+                        output.display()
+                    );
+                }
+            }
+            std::fs::write(&output, buf)
+                .with_context(|| format!("{}: cannot write", output.display()))?;
+        }
         Cmd::Demo { n } => {
             let dir = std::env::temp_dir().join(format!("fntrace-demo-{}", std::process::id()));
             std::fs::create_dir_all(&dir)?;
@@ -248,9 +294,17 @@ fn warn_damage(t: &Trace) {
     }
 }
 
+/// Formats of `fntrace export`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ExportFormat {
+    /// glibc's gmon.out, for `gprof BINARY gmon.out`.
+    Gmon,
+}
+
 /// Options of `fntrace record` passed to the runtime.
 #[derive(Default)]
 struct RecordOptions {
+    count: bool,
     max_size: Option<String>,
     filter: Vec<String>,
     notrace: Vec<String>,
@@ -293,6 +347,9 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
         .env("FNTRACE_EXCLUSIVE", "1");
     if let Some(m) = &o.max_size {
         cmd.env(fntrace::ENV_MAX_SIZE, m);
+    }
+    if o.count {
+        cmd.env("FNTRACE_COUNT", "1");
     }
     if let Some(d) = o.depth {
         cmd.env("FNTRACE_DEPTH", d.to_string());
@@ -343,10 +400,15 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
                             .count() as u64
                     })
                     .sum();
+                let arcs = t.metadata().arcs.len();
+                let what = if arcs > 0 {
+                    format!("{arcs} call-graph arcs")
+                } else {
+                    format!("{events} events from {} threads", t.thread_ids().len())
+                };
                 eprintln!(
-                    "fntrace: recorded {} events from {} threads into {} ({} bytes){}",
-                    events,
-                    t.thread_ids().len(),
+                    "fntrace: recorded {} into {} ({} bytes){}",
+                    what,
                     output.display(),
                     t.file_len(),
                     if t.damage().is_empty() {

@@ -337,3 +337,84 @@ fn uninstrumented_program_gets_build_advice() {
     assert!(err.contains("has no instrumentation"), "{err}");
     assert!(err.contains("-finstrument-functions"), "{err}");
 }
+
+/// The "called" field gprof prints for `func` in its call graph.
+fn gprof_called(bin: &Path, gmon: &Path, func: &str) -> String {
+    let out = Command::new("gprof")
+        .args(["-b", "-q"])
+        .arg(bin)
+        .arg(gmon)
+        .output()
+        .expect("gprof (binutils) is required");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('[') && l.contains(&format!(" {func} [")))
+        .unwrap_or_else(|| panic!("no {func} entry in:\n{text}"));
+    // "[1]  0.0  0.00  0.00  1+21890  fib [1]": the field before the name.
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let i = fields.iter().position(|f| *f == func).unwrap();
+    fields[i - 1].to_string()
+}
+
+#[test]
+fn gmon_export_is_read_by_gprof_with_glibc_counts() {
+    let d = tempfile::tempdir().unwrap();
+    let fib = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/workloads/fib.c"
+    );
+    for (name, flags) in [C_MODES[0], C_MODES[1], C_MODES[2]] {
+        let bin = d.path().join(format!("fib-{name}"));
+        let mut a = vec!["-O2", "-fno-optimize-sibling-calls"];
+        a.extend(flags);
+        a.extend(["-o", bin.to_str().unwrap(), fib]);
+        compile("gcc", &a);
+        // glibc's own gmon.out, written into the working directory.
+        let st = Command::new(&bin)
+            .arg("18")
+            .current_dir(d.path())
+            .output()
+            .unwrap();
+        assert!(st.status.success());
+        let glibc = gprof_called(&bin, &d.path().join("gmon.out"), "fib");
+        assert_eq!(glibc, "1+8360", "{name}");
+        for count in [true, false] {
+            let data = d.path().join("t.data");
+            let mut c = Command::new(fntrace_bin());
+            c.args(["record", "-o"]).arg(&data);
+            if count {
+                c.arg("--count");
+            }
+            let st = c
+                .arg("--")
+                .arg(&bin)
+                .arg("18")
+                .current_dir(d.path())
+                .env("FNTRACE_PRELOAD", preload())
+                .output()
+                .unwrap();
+            assert!(st.status.success());
+            assert_eq!(String::from_utf8_lossy(&st.stdout), "2584\n");
+            let ours = d.path().join("ours.out");
+            let st = Command::new(fntrace_bin())
+                .arg("export")
+                .arg(&data)
+                .args(["--format", "gmon", "-o"])
+                .arg(&ours)
+                .status()
+                .unwrap();
+            assert!(st.success());
+            assert_eq!(
+                gprof_called(&bin, &ours, "fib"),
+                glibc,
+                "{name} count={count}"
+            );
+        }
+    }
+}

@@ -30,6 +30,8 @@ pub const TAG_PROCESS: u8 = 0x08;
 pub const TAG_MODULE: u8 = 0x09;
 /// Framed tag: source-instrumented site (metadata stream).
 pub const TAG_SITE: u8 = 0x0a;
+/// Framed tag: a call-graph arc with its count (counting mode).
+pub const TAG_ARC: u8 = 0x0b;
 
 /// Longest encoding of a compact event (entry with a far function).
 pub const MAX_COMPACT_LEN: usize = 1 + 10 + 10;
@@ -263,6 +265,15 @@ pub enum Framed<'a> {
         /// Source line.
         line: u64,
     },
+    /// A call-graph arc counted without timestamps (`record --count`).
+    Arc {
+        /// Return address in the caller (the call site).
+        from: u64,
+        /// Address inside the callee (its key).
+        to: u64,
+        /// Calls along the arc.
+        count: u64,
+    },
 }
 
 impl Framed<'_> {
@@ -274,6 +285,7 @@ impl Framed<'_> {
             Framed::Process { .. } => TAG_PROCESS,
             Framed::Module { .. } => TAG_MODULE,
             Framed::Site { .. } => TAG_SITE,
+            Framed::Arc { .. } => TAG_ARC,
         }
     }
 
@@ -323,6 +335,11 @@ impl Framed<'_> {
                 put_bytes(s, name);
                 put_bytes(s, file);
                 put_var(s, line);
+            }
+            Framed::Arc { from, to, count } => {
+                put_var(s, from);
+                put_var(s, to);
+                put_var(s, count);
             }
         }
     }
@@ -477,6 +494,15 @@ pub enum Record {
     Module(ModuleInfo),
     /// Source site description.
     Site(SiteInfo),
+    /// A counted call-graph arc.
+    Arc {
+        /// Call site in the caller.
+        from: u64,
+        /// Address inside the callee.
+        to: u64,
+        /// Calls.
+        count: u64,
+    },
     /// A framed record of a tag this reader does not know (skipped).
     Unknown {
         /// The tag.
@@ -683,6 +709,11 @@ impl<'a> Decoder<'a> {
                     line: u32::try_from(line).unwrap_or(u32::MAX),
                 })
             }
+            TAG_ARC => Record::Arc {
+                from: var(&mut p)?,
+                to: var(&mut p)?,
+                count: var(&mut p)?,
+            },
             // Unknown tags are skipped whole: that is what the length is for.
             _ => return Some(Record::Unknown { tag }),
         };

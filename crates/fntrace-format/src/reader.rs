@@ -89,6 +89,9 @@ pub struct Metadata {
     pub modules: Vec<ModuleInfo>,
     /// Source-instrumented functions by key.
     pub sites: HashMap<u64, SiteInfo>,
+    /// Call-graph arcs of a counting trace: (call site, callee, count),
+    /// summed over threads.
+    pub arcs: Vec<(u64, u64, u64)>,
 }
 
 /// An open trace file.
@@ -315,6 +318,7 @@ impl Trace {
                 Record::Site(s) => {
                     meta.sites.entry(s.key).or_insert(s);
                 }
+                Record::Arc { from, to, count } => meta.arcs.push((from, to, count)),
                 _ => {}
             }
         }

@@ -38,6 +38,7 @@ use fntrace_format::layout::{
 
 use crate::clock;
 use crate::filter;
+use crate::hooks::count;
 use crate::hooks::shadow::{F_HIJACKED, F_NOTRACE, F_RECORDED, F_TRACE, Frame, Shadow};
 use crate::procinfo;
 use crate::site::Site;
@@ -200,6 +201,8 @@ struct ThreadState {
     trace_regions: u32,
     /// Active `-N` frames (record nothing inside one).
     notrace_regions: u32,
+    /// This thread's arc table in counting mode (null until first use).
+    arcs: *mut count::Table,
 }
 
 thread_local! {
@@ -461,6 +464,15 @@ fn hook_decision(t: &ThreadState, func: u64) -> (bool, u32) {
 #[inline(always)]
 pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64) {
     let t = state();
+    if count::count_mode() {
+        if !t.busy {
+            t.busy = true;
+            // SAFETY: as below, `slot` is the live return-address slot.
+            count::count(&mut t.arcs, unsafe { slot.read() }, func);
+            t.busy = false;
+        }
+        return;
+    }
     let sid = SESSION.load(Ordering::Relaxed);
     if (t.session != sid || t.busy) && !attach_slow(t) {
         return;
@@ -556,8 +568,16 @@ fn lost_return_address(slot: u64) -> ! {
 /// Entry of a function that announces its exit explicitly
 /// (`__cyg_profile_func_enter`).
 #[inline(always)]
-pub fn explicit_entry(func: u64) {
+pub fn explicit_entry(func: u64, call_site: u64) {
     let t = state();
+    if count::count_mode() {
+        if !t.busy {
+            t.busy = true;
+            count::count(&mut t.arcs, call_site, func);
+            t.busy = false;
+        }
+        return;
+    }
     let sid = SESSION.load(Ordering::Relaxed);
     if (t.session != sid || t.busy) && !attach_slow(t) {
         return;
@@ -592,6 +612,9 @@ pub fn explicit_entry(func: u64) {
 #[inline(always)]
 pub fn explicit_exit(func: u64) {
     let t = state();
+    if count::count_mode() {
+        return;
+    }
     if t.busy {
         return;
     }
@@ -1253,6 +1276,9 @@ fn finish_session(process_exit: bool) -> Option<Summary> {
     let s: &'static Session = unsafe { &*p };
     // Modules loaded since the start (dlopen) become known too.
     write_modules(s);
+    count::for_each_arc(|from, to, count| {
+        write_meta(s, &Framed::Arc { from, to, count });
+    });
     with_state(|t| {
         if !t.busy && t.session == sid {
             t.busy = true;
@@ -1407,6 +1433,7 @@ pub(crate) fn init_from_env() {
         opts.exclusive = std::env::var_os(ENV_EXCLUSIVE).is_some_and(|v| v == "1");
         opts.follow_fork = opts.exclusive;
         crate::filter::init_from_env();
+        count::init_from_env();
         let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = start_locked(&opts) {
             eprintln!("fntrace: cannot record: {e}");

@@ -19,3 +19,5 @@ pub mod unwind;
 
 #[cfg(feature = "compiler-hooks")]
 pub mod dl;
+
+pub mod count;

@@ -198,8 +198,8 @@ pub unsafe extern "C" fn fntrace_exit_trampoline() {
 
 /// `-finstrument-functions` entry hook.
 #[unsafe(no_mangle)]
-pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut u8, _call_site: *mut u8) {
-    recorder::explicit_entry(this_fn as u64)
+pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut u8, call_site: *mut u8) {
+    recorder::explicit_entry(this_fn as u64, call_site as u64)
 }
 
 /// `-finstrument-functions` exit hook.
