@@ -302,7 +302,7 @@ fn dlopened_instrumented_library() {
 }
 
 #[test]
-fn rust_mcount_caught_panics() {
+fn rust_mcount_caught_panics_and_backtraces() {
     let d = tempfile::tempdir().unwrap();
     let bin = build(
         d.path(),
@@ -311,7 +311,11 @@ fn rust_mcount_caught_panics() {
         &["-Zinstrument-mcount", "-g"],
     );
     let plain = run_plain(&bin, &[]);
-    assert_eq!(plain, "2500\n");
+    assert!(plain.starts_with("2500\n"), "{plain}");
+    assert!(
+        plain.contains("panic::frames,panic::outer,panic::main"),
+        "{plain}"
+    );
     assert_eq!(run_traced(d.path(), &bin, &[]), plain);
     let (m, inc) = summary(&d.path().join("t.data"));
     assert_eq!(calls(&m, "panic::boom"), 200, "{m:?}");

@@ -479,7 +479,7 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64) {
     }
     t.busy = true;
     compiler_fence(Ordering::SeqCst);
-    if t.shadow.restored {
+    if t.shadow.restored && t.shadow.walking == 0 {
         resync(t, tramp);
     }
     let (record, flags) = hook_decision(t, func);

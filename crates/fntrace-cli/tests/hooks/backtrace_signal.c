@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unwind.h>
 #define NI __attribute__((noinline, noipa))
 static volatile int handled = 0;
 NI int in_handler(int n) { return n < 2 ? n : in_handler(n - 1) + in_handler(n - 2); }
@@ -15,6 +16,12 @@ NI void show(void) {
         const char *e = s ? strchr(s, '+') : 0;
         if (s && e) printf("%.*s\n", (int)(e - s - 1), s + 1); else printf("?\n");
     }
+}
+static int walked;
+NI _Unwind_Reason_Code count_frame(struct _Unwind_Context *c, void *a) {
+    (void)a;
+    if (_Unwind_GetIP(c) != 0) walked++;
+    return _URC_NO_REASON;
 }
 NI int level(int n) { if (n == 0) { show(); raise(SIGUSR1); return handled; } return level(n - 1) + 1; }
 int main(void) {

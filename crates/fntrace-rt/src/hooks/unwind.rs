@@ -157,18 +157,50 @@ pub unsafe extern "C" fn _Unwind_SetIP(ctx: *mut UnwindContext, ip: usize) {
     }
 }
 
-/// Interposed `_Unwind_Backtrace` (Rust backtraces, C++ libraries).
+/// The caller's callback, and whether our own frame was skipped yet.
+struct WalkArg {
+    trace: unsafe extern "C" fn(*mut UnwindContext, *mut c_void) -> Reason,
+    arg: *mut c_void,
+    skipped: bool,
+}
+
+/// Passes every frame but the first (this wrapper's) to the caller.
+unsafe extern "C" fn skip_wrapper_frame(ctx: *mut UnwindContext, arg: *mut c_void) -> Reason {
+    // SAFETY: `arg` is the `WalkArg` on `_Unwind_Backtrace`'s stack, live
+    // for the whole walk.
+    let w = unsafe { &mut *arg.cast::<WalkArg>() };
+    if !w.skipped {
+        w.skipped = true;
+        return 0; // _URC_NO_REASON
+    }
+    // SAFETY: the caller's callback, with the caller's argument.
+    unsafe { (w.trace)(ctx, w.arg) }
+}
+
+/// Interposed `_Unwind_Backtrace` (Rust backtraces, C++ libraries). The
+/// walk sees the original return addresses, and starts at the caller (this
+/// wrapper's frame is left out).
 ///
 /// # Safety
 /// Called with a valid trace callback.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn _Unwind_Backtrace(trace: *mut c_void, arg: *mut c_void) -> Reason {
+pub unsafe extern "C" fn _Unwind_Backtrace(
+    trace: unsafe extern "C" fn(*mut UnwindContext, *mut c_void) -> Reason,
+    arg: *mut c_void,
+) -> Reason {
     recorder::begin_walk(exit_trampoline_addr());
-    // SAFETY: the real function has this signature.
+    let mut w = WalkArg {
+        trace,
+        arg,
+        skipped: false,
+    };
+    // SAFETY: the real function has this signature; `w` outlives the walk.
     let r = unsafe {
-        let f: unsafe extern "C" fn(*mut c_void, *mut c_void) -> Reason =
-            core::mem::transmute(BACKTRACE_UW.get());
-        f(trace, arg)
+        let f: unsafe extern "C" fn(
+            unsafe extern "C" fn(*mut UnwindContext, *mut c_void) -> Reason,
+            *mut c_void,
+        ) -> Reason = core::mem::transmute(BACKTRACE_UW.get());
+        f(skip_wrapper_frame, (&mut w as *mut WalkArg).cast())
     };
     recorder::end_walk(exit_trampoline_addr());
     r
