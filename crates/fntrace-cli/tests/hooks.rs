@@ -422,3 +422,60 @@ fn gmon_export_is_read_by_gprof_with_glibc_counts() {
         }
     }
 }
+
+#[test]
+fn record_time_filters_and_depth() {
+    let d = tempfile::tempdir().unwrap();
+    let fib = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/workloads/fib.c"
+    );
+    for (name, flags) in [C_MODES[0], C_MODES[2], C_MODES[3]] {
+        let bin = d.path().join(format!("fib-{name}"));
+        let mut a = vec!["-O2", "-fno-optimize-sibling-calls"];
+        a.extend(flags);
+        a.extend(["-o", bin.to_str().unwrap(), fib]);
+        compile("gcc", &a);
+        let rec = |extra: &[&str]| {
+            let out = Command::new(fntrace_bin())
+                .args(["record", "-o"])
+                .arg(d.path().join("t.data"))
+                .args(extra)
+                .arg("--")
+                .arg(&bin)
+                .arg("10")
+                .env("FNTRACE_PRELOAD", preload())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "55\n");
+            summary(&d.path().join("t.data"))
+        };
+        let (m, _) = rec(&["-F", "^fib$"]);
+        assert_eq!((calls(&m, "fib"), calls(&m, "main")), (177, 0), "{name} -F");
+        let (m, _) = rec(&["-N", "^fib$"]);
+        assert_eq!((calls(&m, "fib"), calls(&m, "main")), (0, 1), "{name} -N");
+        let (m, _) = rec(&["--depth", "3"]);
+        assert_eq!(
+            (calls(&m, "fib"), calls(&m, "main")),
+            (3, 1),
+            "{name} --depth"
+        );
+        let (m, _) = rec(&["-F", "fib", "--depth", "2"]);
+        assert_eq!(
+            (calls(&m, "fib"), calls(&m, "main")),
+            (3, 0),
+            "{name} -F --depth"
+        );
+    }
+    let out = Command::new(fntrace_bin())
+        .args(["record", "-F", "fib(", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad function pattern"));
+}

@@ -7,7 +7,8 @@
 
 #![cfg_attr(not(feature = "compiler-hooks"), allow(dead_code))]
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// A function with no filter of its own.
 pub(crate) const NORMAL: u8 = 0;
@@ -42,10 +43,138 @@ pub(crate) fn depth_ok(depth: u32) -> bool {
     m == 0 || depth < m
 }
 
-/// The filter class of function `func`.
+/// A sorted table of filtered function ranges (runtime addresses).
+struct Ranges {
+    /// (start, end, class), sorted by start, non-overlapping.
+    v: Vec<(u64, u64, u8)>,
+}
+
+static RANGES: AtomicPtr<Ranges> = AtomicPtr::new(core::ptr::null_mut());
+/// Patterns given (`-F` first), kept for modules loaded later.
+static PATTERNS: Mutex<Option<Patterns>> = Mutex::new(None);
+/// Modules already scanned (start address).
+static SCANNED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+const CACHE_SLOTS: usize = 4096;
+/// Direct-mapped cache: `(addr << 2) | class`, 0 = empty.
+static CACHE: [AtomicU64; CACHE_SLOTS] = [const { AtomicU64::new(0) }; CACHE_SLOTS];
+
+struct Patterns {
+    trace: Vec<regex_lite::Regex>,
+    notrace: Vec<regex_lite::Regex>,
+}
+
+impl Patterns {
+    fn class(&self, name: &str) -> u8 {
+        if self.notrace.iter().any(|r| r.is_match(name)) {
+            NOTRACE
+        } else if self.trace.iter().any(|r| r.is_match(name)) {
+            TRACE
+        } else {
+            NORMAL
+        }
+    }
+}
+
+/// The filter class of function `func` (an address inside it).
 #[inline(always)]
-pub(crate) fn classify(_func: u64) -> u8 {
-    NORMAL
+pub(crate) fn classify(func: u64) -> u8 {
+    let i = ((func >> 4) ^ (func >> 16)) as usize & (CACHE_SLOTS - 1);
+    let v = CACHE[i].load(Ordering::Relaxed);
+    if v >> 2 == func & (u64::MAX >> 2) && v != 0 {
+        return (v & 3) as u8;
+    }
+    classify_slow(func, i)
+}
+
+#[cold]
+#[inline(never)]
+fn classify_slow(func: u64, i: usize) -> u8 {
+    let p = RANGES.load(Ordering::Acquire);
+    let class = if p.is_null() {
+        NORMAL
+    } else {
+        // SAFETY: published tables are leaked, never freed.
+        let r = unsafe { &(*p).v };
+        let k = r.partition_point(|e| e.0 <= func);
+        match k.checked_sub(1).map(|k| r[k]) {
+            Some((s, e, c)) if func >= s && func < e => c,
+            _ => NORMAL,
+        }
+    };
+    CACHE[i].store(
+        ((func & (u64::MAX >> 2)) << 2) | u64::from(class),
+        Ordering::Relaxed,
+    );
+    class
+}
+
+/// Demangles a Rust or C++ symbol for matching.
+fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(s) = cpp_demangle::Symbol::new(name) {
+            if let Ok(d) = s.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return d;
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Adds the filtered functions of modules not scanned yet to the table.
+pub(crate) fn scan_new_modules() {
+    let pats = PATTERNS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(pats) = pats.as_ref() else { return };
+    let mut scanned = SCANNED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut new: Vec<(u64, u64, u8)> = vec![];
+    let mut mods: Vec<(u64, u64, std::path::PathBuf)> = vec![];
+    crate::procinfo::for_each_module(|m| {
+        if !scanned.contains(&m.start) && !m.path.is_empty() {
+            use std::os::unix::ffi::OsStrExt;
+            mods.push((m.start, m.bias, std::ffi::OsStr::from_bytes(m.path).into()));
+        }
+    });
+    for (start, bias, path) in mods {
+        scanned.push(start);
+        let Ok(data) = std::fs::read(&path) else {
+            continue;
+        };
+        let Ok(obj) = object::File::parse(&*data) else {
+            continue;
+        };
+        use object::{Object, ObjectSymbol};
+        for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+            if sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
+                continue;
+            }
+            let Ok(name) = sym.name() else { continue };
+            let class = pats.class(&demangle(name));
+            if class != NORMAL {
+                let s = sym.address().wrapping_add(bias);
+                new.push((s, s + sym.size().max(1), class));
+            }
+        }
+    }
+    if new.is_empty() {
+        return;
+    }
+    let old = RANGES.load(Ordering::Acquire);
+    let mut v = if old.is_null() {
+        vec![]
+    } else {
+        // SAFETY: published tables are leaked, never freed.
+        unsafe { (*old).v.clone() }
+    };
+    v.extend(new);
+    v.sort_unstable();
+    v.dedup_by_key(|e| e.0);
+    RANGES.store(Box::into_raw(Box::new(Ranges { v })), Ordering::Release);
+    for c in CACHE.iter() {
+        c.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Sets the depth limit (0 = none).
@@ -53,7 +182,36 @@ pub fn set_max_depth(depth: u32) {
     MAX_DEPTH.store(depth, Ordering::Relaxed);
 }
 
-/// Reads the environment (`FNTRACE_DEPTH`).
+/// Sets `-F` (record only inside these) and `-N` (never record inside
+/// these) regular expressions over demangled names, and resolves them in
+/// the modules loaded now. A bad expression is an error naming it.
+pub fn set_filters(trace: &[&str], notrace: &[&str]) -> Result<(), String> {
+    let compile = |v: &[&str]| {
+        v.iter()
+            .map(|p| {
+                regex_lite::Regex::new(p).map_err(|e| format!("bad function pattern {p:?}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let p = Patterns {
+        trace: compile(trace)?,
+        notrace: compile(notrace)?,
+    };
+    let any = !p.trace.is_empty() || !p.notrace.is_empty();
+    HAS_TRACE.store(!p.trace.is_empty(), Ordering::Relaxed);
+    *PATTERNS.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+    scan_new_modules();
+    ACTIVE.store(any, Ordering::Release);
+    Ok(())
+}
+
+/// Environment variable with `-F` patterns (one per line).
+pub const ENV_FILTER: &str = "FNTRACE_FILTER";
+/// Environment variable with `-N` patterns (one per line).
+pub const ENV_NOTRACE: &str = "FNTRACE_NOTRACE";
+
+/// Reads the environment (`FNTRACE_DEPTH`, `FNTRACE_FILTER`,
+/// `FNTRACE_NOTRACE`).
 pub(crate) fn init_from_env() {
     if let Some(d) = std::env::var(ENV_DEPTH)
         .ok()
@@ -61,5 +219,13 @@ pub(crate) fn init_from_env() {
     {
         set_max_depth(d);
     }
-    let _ = (&ACTIVE, &HAS_TRACE, TRACE, NOTRACE);
+    let f = std::env::var(ENV_FILTER).unwrap_or_default();
+    let n = std::env::var(ENV_NOTRACE).unwrap_or_default();
+    let f: Vec<&str> = f.lines().filter(|l| !l.is_empty()).collect();
+    let n: Vec<&str> = n.lines().filter(|l| !l.is_empty()).collect();
+    if !f.is_empty() || !n.is_empty() {
+        if let Err(e) = set_filters(&f, &n) {
+            eprintln!("fntrace: {e}");
+        }
+    }
 }

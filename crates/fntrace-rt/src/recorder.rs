@@ -1256,6 +1256,8 @@ pub fn note_modules_changed() {
     }
     // SAFETY: sessions are leaked.
     write_modules(unsafe { &*p });
+    drop(_l);
+    filter::scan_new_modules();
 }
 
 /// Finishes the active session: closes the calling thread's stream, writes
