@@ -61,10 +61,12 @@ static PROCESS_HOOKS: Once = Once::new();
 const SLACK: usize = MAX_COMPACT_LEN + 8;
 /// The file grows by this much at a time (a multiple of the chunk size).
 const GROW_STEP: usize = 4 << 20;
+/// The first growth (header, metadata and the first threads' chunks).
+const FIRST_GROW: usize = 512 << 10;
 /// Default maximum trace size.
 const DEFAULT_MAX_SIZE: u64 = 16 << 30;
 /// Calibration window at start.
-const CALIBRATION_NS: u64 = 2_000_000;
+const CALIBRATION_NS: u64 = 500_000;
 
 /// How to record.
 #[derive(Debug, Clone)]
@@ -245,6 +247,10 @@ core::arch::global_asm!(
     ".text",
     size = const core::mem::size_of::<ThreadState>(),
 );
+
+/// Byte offset of the arc-table pointer in the thread state (for the
+/// assembly fast path of counting mode).
+pub(crate) const ARCS_OFFSET: usize = core::mem::offset_of!(ThreadState, arcs);
 
 /// Address of the calling thread's state.
 #[inline(always)]
@@ -971,7 +977,14 @@ fn grow(s: &Session, end: usize) -> bool {
     if s.finished.load(Ordering::Acquire) {
         return false;
     }
-    let new_len = (end.max(mapped + GROW_STEP)).min(s.reserved);
+    // Start small (short runs should not pay for populating megabytes),
+    // then grow in large steps.
+    let step = if mapped < FIRST_GROW {
+        FIRST_GROW
+    } else {
+        GROW_STEP
+    };
+    let new_len = (end.max(mapped + step)).min(s.reserved);
     if new_len < end {
         return false;
     }

@@ -11,11 +11,11 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 /// Slots per thread table (reserved, not committed: 24 MiB of address
 /// space, pages touched only as arcs land in them).
-const SLOTS: usize = 1 << 20;
+pub(crate) const SLOTS: usize = 1 << 20;
 /// Probes before an arc is given up as lost (the table is nearly full).
 const MAX_PROBES: usize = 64;
 
-static COUNT_MODE: AtomicBool = AtomicBool::new(false);
+pub(crate) static COUNT_MODE: AtomicBool = AtomicBool::new(false);
 static TABLES: AtomicPtr<Table> = AtomicPtr::new(ptr::null_mut());
 /// Arcs that found no slot.
 pub(crate) static LOST_ARCS: AtomicU64 = AtomicU64::new(0);
@@ -23,7 +23,7 @@ pub(crate) static LOST_ARCS: AtomicU64 = AtomicU64::new(0);
 /// Environment variable that selects counting mode.
 pub const ENV_COUNT: &str = "FNTRACE_COUNT";
 
-/// One arc slot (`count == 0`: free).
+/// One arc slot (`count == 0`: free). 24 bytes: `from`, `to`, `count`.
 #[repr(C)]
 struct Slot {
     from: u64,
@@ -35,8 +35,17 @@ struct Slot {
 #[repr(C)]
 pub(crate) struct Table {
     next: *mut Table,
+    /// Slots in use, listed in `used` (so finishing reads only those).
+    nused: usize,
+    used: [u32; SLOTS],
     slots: [Slot; SLOTS],
 }
+
+/// Byte offset of the slot array in a [`Table`] (for the assembly fast
+/// path in the trampolines).
+pub(crate) const SLOTS_OFFSET: usize = core::mem::offset_of!(Table, slots);
+/// The multiplier of the arc hash (shared with the assembly fast path).
+pub(crate) const HASH_K: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// Whether the process records in counting mode.
 #[inline(always)]
@@ -64,7 +73,7 @@ pub(crate) fn count(table: &mut *mut Table, from: u64, to: u64) {
         LOST_ARCS.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let mut i = (from.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ to.rotate_left(17)) as usize >> 4;
+    let mut i = (from.wrapping_mul(HASH_K) ^ to.rotate_left(17)) as usize >> 4;
     for _ in 0..MAX_PROBES {
         i &= SLOTS - 1;
         // SAFETY: `*table` is a live table created by `create` and owned
@@ -80,6 +89,13 @@ pub(crate) fn count(table: &mut *mut Table, from: u64, to: u64) {
             // Written last: a reader at finish sees complete slots only.
             core::sync::atomic::compiler_fence(Ordering::Release);
             s.count = 1;
+            // SAFETY: as above; at most SLOTS slots are ever taken.
+            unsafe {
+                let t = &mut *(*table);
+                t.used[t.nused] = i as u32;
+                core::sync::atomic::compiler_fence(Ordering::Release);
+                t.nused += 1;
+            }
             return;
         }
         i += 1;
@@ -126,7 +142,9 @@ pub(crate) fn for_each_arc(mut f: impl FnMut(u64, u64, u64)) {
         // SAFETY: tables are never freed; slots are read racily with their
         // owners, and a slot's count is only set after its key.
         unsafe {
-            for s in (*t).slots.iter() {
+            let n = ptr::read_volatile(&(*t).nused).min(SLOTS);
+            for k in 0..n {
+                let s = &(*t).slots[(*t).used[k] as usize];
                 let c = ptr::read_volatile(&s.count);
                 if c != 0 {
                     f(s.from, s.to, c);

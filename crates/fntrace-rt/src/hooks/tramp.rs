@@ -59,10 +59,13 @@ extern "C" fn exit_entry(slot: u64) -> u64 {
 /// arguments with `$args` (rbp points at the saved rbp, `[rbp + 8]` is our
 /// return address), call `$entry`, restore, return.
 macro_rules! entry_trampoline {
-    ($entry:path, $($args:literal),+) => {
+    ($entry:ident, [$($count_args:literal),+], $($args:literal),+) => {
         core::arch::naked_asm!(
             "cmp dword ptr [rip + {word}], 0",
             "je 2f",
+            "cmp byte ptr [rip + {count_mode}], 0",
+            "jne 3f",
+            "1:",
             "push rbp",
             "mov rbp, rsp",
             "and rsp, -16",
@@ -107,7 +110,57 @@ macro_rules! entry_trampoline {
             "pop rbp",
             "2:",
             "ret",
+            // Counting mode fast path: one probe of the thread's arc table;
+            // a hit increments the count, anything else (no table yet, a
+            // new arc, a collision) takes the full path above. Uses rax,
+            // rcx, rdx, r11, saved here. `$count_args` loads rdx = call
+            // site and rcx = callee key (rsp + 32 is our return address).
+            "3:",
+            "push rax",
+            "push rcx",
+            "push rdx",
+            "push r11",
+            $($count_args,)+
+            "mov rax, qword ptr fs:[0]",
+            "add rax, qword ptr [rip + fntrace_thread_state@GOTTPOFF]",
+            "mov rax, [rax + {arcs_off}]",
+            "test rax, rax",
+            "jz 4f",
+            // i = ((from * K) ^ rol(to, 17)) >> 4, masked.
+            "mov r11, {hash_k}",
+            "imul r11, rdx",
+            "push rcx",
+            "rol rcx, 17",
+            "xor r11, rcx",
+            "pop rcx",
+            "shr r11, 4",
+            "and r11, {mask}",
+            "lea r11, [r11 + r11 * 2]",
+            "lea rax, [rax + r11 * 8 + {slots_off}]",
+            "cmp qword ptr [rax + 16], 0",
+            "je 4f",
+            "cmp [rax], rdx",
+            "jne 4f",
+            "cmp [rax + 8], rcx",
+            "jne 4f",
+            "inc qword ptr [rax + 16]",
+            "pop r11",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "ret",
+            "4:",
+            "pop r11",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "jmp 1b",
             word = sym recorder::SESSION,
+            count_mode = sym super::count::COUNT_MODE,
+            arcs_off = const recorder::ARCS_OFFSET,
+            hash_k = const super::count::HASH_K,
+            mask = const super::count::SLOTS - 1,
+            slots_off = const super::count::SLOTS_OFFSET,
             entry = sym $entry,
         )
     };
@@ -126,6 +179,7 @@ pub unsafe extern "C" fn mcount() {
     // (which our frame saved at [rbp]).
     entry_trampoline!(
         mcount_entry,
+        ["mov rdx, [rbp + 8]", "mov rcx, [rsp + 32]"],
         "mov rdi, [rbp + 8]",
         "mov rsi, [rbp]",
         "add rsi, 8"
@@ -156,6 +210,7 @@ pub unsafe extern "C" fn __fentry__() {
     // our return address.
     entry_trampoline!(
         fentry_entry,
+        ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "sub rcx, 5"],
         "mov rdi, [rbp + 8]",
         "sub rdi, 5",
         "lea rsi, [rbp + 16]"

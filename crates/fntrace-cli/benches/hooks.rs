@@ -1,0 +1,162 @@
+//! Cost of compiler-hook tracing against its peers, measured in one run on
+//! the same binaries (`examples/workloads/fib.c`, fib(30) = 2,692,537
+//! calls): uninstrumented, glibc `-pg` (gmon arcs), glibc's no-op
+//! `-finstrument-functions` hooks, `uftrace record`, fntrace timed (mcount,
+//! fentry, cyg_profile) and fntrace counting. Prints ns per call (whole
+//! process, best of several runs), the ratio to the uninstrumented build
+//! and bytes per call on disk. Asserts nothing.
+//!
+//! Run: `cargo bench -p fntrace-cli --bench hooks` (needs gcc; uftrace is
+//! measured when installed).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const N: &str = "30";
+const CALLS: f64 = 2_692_537.0;
+const RUNS: usize = 7;
+
+fn gcc(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let src = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/workloads/fib.c"
+    );
+    let out = dir.join(name);
+    let st = Command::new("gcc")
+        .args(["-O2", "-fno-optimize-sibling-calls"])
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(src)
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    out
+}
+
+/// Best wall time of `RUNS` runs, in seconds.
+fn best(dir: &Path, mut make: impl FnMut() -> Command) -> f64 {
+    (0..RUNS)
+        .map(|_| {
+            let mut c = make();
+            c.current_dir(dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // Outputs are removed first, as `fntrace record` does.
+            let _ = std::fs::remove_file(dir.join("t.data"));
+            let _ = std::fs::remove_dir_all(dir.join("uftrace.data"));
+            let t = Instant::now();
+            let st = c.status().expect("run");
+            let e = t.elapsed().as_secs_f64();
+            assert!(st.success(), "{c:?} failed");
+            e
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn size(p: &Path) -> u64 {
+    if p.is_dir() {
+        std::fs::read_dir(p)
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| size(&e.path())).sum())
+            .unwrap_or(0)
+    } else {
+        std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+fn main() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "-q", "--release", "-p", "fntrace-preload"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let bin_dir = PathBuf::from(env!("CARGO_BIN_EXE_fntrace"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let preload = bin_dir.join("libfntrace_preload.so");
+    let plain = gcc(dir, "fib", &[]);
+    let pg = gcc(dir, "fib-pg", &["-pg"]);
+    let fentry = gcc(dir, "fib-fentry", &["-pg", "-mfentry"]);
+    let cyg = gcc(dir, "fib-cyg", &["-finstrument-functions"]);
+    let data = dir.join("t.data");
+    let traced = |bin: &Path, count: bool| {
+        let (bin, preload, data) = (bin.to_path_buf(), preload.clone(), data.clone());
+        move || {
+            let mut c = Command::new(&bin);
+            c.arg(N)
+                .env("LD_PRELOAD", &preload)
+                .env("FNTRACE_OUTPUT", &data);
+            if count {
+                c.env("FNTRACE_COUNT", "1");
+            }
+            c
+        }
+    };
+    let plain_t = best(dir, || {
+        let mut c = Command::new(&plain);
+        c.arg(N);
+        c
+    });
+    let mut rows: Vec<(String, f64, Option<f64>)> = vec![("uninstrumented".into(), plain_t, None)];
+    let glibc_pg = best(dir, || {
+        let mut c = Command::new(&pg);
+        c.arg(N);
+        c
+    });
+    rows.push(("glibc -pg (mcount, gmon arcs)".into(), glibc_pg, None));
+    let t = best(dir, || {
+        let mut c = Command::new(&cyg);
+        c.arg(N);
+        c
+    });
+    rows.push(("glibc -finstrument-functions (no-op hooks)".into(), t, None));
+    let uftrace = Command::new("uftrace").arg("--version").output().is_ok();
+    if uftrace {
+        let ud = dir.join("uftrace.data");
+        let t = best(dir, || {
+            let mut c = Command::new("uftrace");
+            c.args(["record", "-d"]).arg(&ud).arg(&pg).arg(N);
+            c
+        });
+        rows.push(("uftrace record (-pg)".into(), t, Some(size(&ud) as f64)));
+    }
+    for (name, bin) in [
+        ("-pg", &pg),
+        ("-pg -mfentry", &fentry),
+        ("-finstrument-functions", &cyg),
+    ] {
+        let t = best(dir, traced(bin, false));
+        rows.push((
+            format!("fntrace timed ({name})"),
+            t,
+            Some(size(&data) as f64),
+        ));
+    }
+    let count_t = best(dir, traced(&pg, true));
+    rows.push(("fntrace counting (-pg)".into(), count_t, None));
+    println!("fib({N}): {CALLS} calls; whole-process time, best of {RUNS} runs\n");
+    println!("| what | ns/call | added ns/call | × uninstrumented | bytes/call |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, t, bytes) in &rows {
+        println!(
+            "| {name} | {:.1} | {:.1} | {:.2} | {} |",
+            t / CALLS * 1e9,
+            (t - plain_t) / CALLS * 1e9,
+            t / plain_t,
+            bytes
+                .map(|b| format!("{:.2}", b / CALLS))
+                .unwrap_or_else(|| "–".into())
+        );
+    }
+    println!(
+        "\nfntrace counting / glibc mcount (added cost): {:.2}",
+        (count_t - plain_t) / (glibc_pg - plain_t)
+    );
+    if !uftrace {
+        println!("(uftrace not installed: apt-get install uftrace)");
+    }
+}
