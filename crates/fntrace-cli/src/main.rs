@@ -137,6 +137,11 @@ mod demo {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix filters: `fntrace replay | head` ends quietly.
+    // SAFETY: restoring the default disposition of SIGPIPE at start.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match run() {
         Ok(code) => code,
         Err(e) => {
