@@ -57,7 +57,22 @@ fn main() {
         bytes = fntrace::stop().unwrap().bytes;
     }
     let _ = std::fs::remove_dir_all(&dir);
+    // The floor: two timestamps per call.
+    let reads = 1_000_000u32;
+    let tsc = best_of(5, || {
+        let mut x = 0u64;
+        for _ in 0..reads {
+            // SAFETY: rdtsc has no preconditions on x86_64.
+            x = x.wrapping_add(unsafe { core::arch::x86_64::_rdtsc() });
+        }
+        x
+    }) / f64::from(reads)
+        * 1e9;
     println!("fib({n}): {calls} calls per run, best of 5");
+    println!(
+        "rdtsc                      {tsc:8.2} ns (two per recorded call: {:.2} ns)",
+        2.0 * tsc
+    );
     println!("uninstrumented             {plain:8.2} ns/call");
     println!(
         "instrumented, not recording {off:7.2} ns/call  ({:.2}x uninstrumented)",
