@@ -79,7 +79,8 @@ pub const PRELOAD_NAME: &str = "libfntrace_preload.so";
 /// `fntrace` executable, then in `../lib` and `../lib/fntrace` from it.
 pub fn preload_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FNTRACE_PRELOAD") {
-        return Some(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        return p.is_file().then_some(p);
     }
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;

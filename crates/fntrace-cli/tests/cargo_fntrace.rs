@@ -60,3 +60,101 @@ fn cargo_fntrace_run_mcount_records_a_fresh_project() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("patchable") && err.contains("xray"), "{err}");
 }
+
+fn project(dir: &std::path::Path, deps: &str) -> std::path::PathBuf {
+    let proj = dir.join("demo");
+    std::fs::create_dir_all(proj.join("src")).unwrap();
+    std::fs::write(
+        proj.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\n{deps}\n\n[workspace]\n"
+        ),
+    )
+    .unwrap();
+    let fib = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/workloads/fib.rs"
+    );
+    std::fs::copy(fib, proj.join("src/main.rs")).unwrap();
+    proj
+}
+
+#[test]
+fn static_runtime_and_gprof_linking() {
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
+    let d = tempfile::tempdir().unwrap();
+    // The runtime linked in with the `compiler-hooks` feature: no preload.
+    let facade = concat!(env!("CARGO_MANIFEST_DIR"), "/../fntrace");
+    let proj = project(
+        d.path(),
+        &format!("fntrace = {{ path = \"{facade}\", features = [\"compiler-hooks\"] }}"),
+    );
+    // A dependency nothing refers to is not linked: name it.
+    let main = std::fs::read_to_string(proj.join("src/main.rs")).unwrap();
+    std::fs::write(
+        proj.join("src/main.rs"),
+        format!("extern crate fntrace;\n{main}"),
+    )
+    .unwrap();
+    let out = Command::new(&bin)
+        .args(["fntrace", "run", "--instrument=mcount", "--", "15"])
+        .current_dir(&proj)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env("FNTRACE_PRELOAD", "/nonexistent/libfntrace_preload.so")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "610\n");
+    let t = fntrace_format::Trace::open(proj.join("target/fntrace/mcount/fntrace.data")).unwrap();
+    assert!(
+        !t.metadata()
+            .modules
+            .iter()
+            .any(|m| m.path.contains("fntrace_preload")),
+        "the preload library was injected"
+    );
+    let rows = fntrace_cli::commands::report_rows(&t, false, fntrace_cli::commands::SortKey::Name);
+    let fib = rows
+        .iter()
+        .find(|r| r.function == "demo::fib")
+        .expect("demo::fib");
+    assert_eq!(fib.calls, 1973);
+
+    // --gprof: glibc writes gmon.out itself, gprof reads the counts.
+    let d2 = tempfile::tempdir().unwrap();
+    let proj = project(d2.path(), "");
+    let out = Command::new(&bin)
+        .args(["fntrace", "build", "--instrument=mcount", "--gprof"])
+        .current_dir(&proj)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exe = proj.join("target/fntrace/mcount/debug/demo");
+    let st = Command::new(&exe)
+        .arg("12")
+        .current_dir(&proj)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let g = Command::new("gprof")
+        .args(["-b", "-q"])
+        .arg(&exe)
+        .arg(proj.join("gmon.out"))
+        .output()
+        .expect("gprof is required");
+    let text = String::from_utf8_lossy(&g.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with('[') && l.contains("1+464") && l.contains("demo::fib")),
+        "{text}"
+    );
+}

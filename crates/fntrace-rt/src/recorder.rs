@@ -250,6 +250,7 @@ core::arch::global_asm!(
 
 /// Byte offset of the arc-table pointer in the thread state (for the
 /// assembly fast path of counting mode).
+#[cfg_attr(not(feature = "compiler-hooks"), allow(dead_code))]
 pub(crate) const ARCS_OFFSET: usize = core::mem::offset_of!(ThreadState, arcs);
 
 /// Address of the calling thread's state.
@@ -1433,6 +1434,22 @@ pub fn parse_size(s: &str) -> Option<u64> {
 
 /// Starts a session if `FNTRACE_OUTPUT` is set (once per process).
 pub(crate) fn init_from_env() {
+    if ENV_INIT.is_completed() {
+        return;
+    }
+    // Instrumented code that runs while we initialise (a dependency built
+    // with instrumentation, a hook in a library we call) must not start
+    // initialising again on this thread: it would wait for itself.
+    let t = state();
+    if t.busy {
+        return;
+    }
+    t.busy = true;
+    init_from_env_once();
+    state().busy = false;
+}
+
+fn init_from_env_once() {
     ENV_INIT.call_once(|| {
         let Some(path) = std::env::var_os(ENV_OUTPUT).filter(|p| !p.is_empty()) else {
             let _ = SESSION.compare_exchange(UNINIT, 0, Ordering::AcqRel, Ordering::Acquire);

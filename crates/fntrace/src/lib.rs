@@ -29,6 +29,12 @@
 //! suffix) caps the file size, past which events are counted as lost. The
 //! trace is finished at process exit; if the process dies instead, every
 //! event written before is still in the file.
+//!
+//! Feature `compiler-hooks`: links the runtime for compiler instrumentation
+//! (`mcount`, `__fentry__`, `__cyg_profile_func_*`, as with
+//! `cargo fntrace build --instrument=mcount`) into the program, so it
+//! records without `libfntrace_preload.so`. A dependency nothing refers to
+//! is not linked: write `extern crate fntrace;` (or use any item of it).
 
 use std::io;
 use std::path::{Path, PathBuf};

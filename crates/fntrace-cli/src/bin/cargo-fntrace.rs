@@ -37,15 +37,34 @@ fn looks_like_rustc(a: &OsString) -> bool {
         .is_some_and(|n| n.to_string_lossy().starts_with("rustc"))
 }
 
-/// Runs rustc with our flags appended (only for real compilations, not
-/// cargo's `-vV` and `--print` probes).
+/// Environment variable listing the workspace members to instrument
+/// (`\x1f`-separated package names).
+const ENV_WRAP_MEMBERS: &str = "FNTRACE_CARGO_MEMBERS";
+
+/// fntrace's own crates are never instrumented (the runtime would trace
+/// itself).
+const NEVER: [&str; 5] = [
+    "fntrace",
+    "fntrace-rt",
+    "fntrace-format",
+    "fntrace-macros",
+    "fntrace-preload",
+];
+
+/// Runs rustc with our flags appended: only for the packages listed in
+/// `FNTRACE_CARGO_MEMBERS` (Cargo also wraps path dependencies), never for
+/// fntrace's own crates, and not for cargo's `-vV` and `--print` probes.
 fn wrap_rustc(args: &[OsString], flags: &str) -> ExitCode {
     let mut c = Command::new(&args[0]);
     c.args(&args[1..]);
     let probe = args
         .iter()
         .any(|a| a == "-vV" || a == "-V" || a.to_string_lossy().starts_with("--print"));
-    if !probe {
+    let pkg = std::env::var("CARGO_PKG_NAME").unwrap_or_default();
+    let member = std::env::var(ENV_WRAP_MEMBERS)
+        .map(|m| m.split('\x1f').any(|x| x == pkg))
+        .unwrap_or(true);
+    if !probe && member && !NEVER.contains(&pkg.as_str()) {
         c.args(flags.split('\x1f').filter(|f| !f.is_empty()));
     }
     match c.status() {
@@ -165,7 +184,8 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
         flags.push("-Clink-arg=-pg".into());
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let target = target_dir(&cargo)?;
+    let meta = metadata(&cargo)?;
+    let target = meta.target.clone();
     let mode_dir = mode.replace([':', ',', '='], "-");
     let target_dir = target.join("fntrace").join(&mode_dir);
     let mut c = Command::new(&cargo);
@@ -189,7 +209,8 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
         } else {
             let me = std::env::current_exe().map_err(|e| e.to_string())?;
             c.env("RUSTC_WORKSPACE_WRAPPER", me)
-                .env(ENV_WRAP_FLAGS, flags.join("\x1f"));
+                .env(ENV_WRAP_FLAGS, flags.join("\x1f"))
+                .env(ENV_WRAP_MEMBERS, meta.members.join("\x1f"));
         }
     }
     let trace = trace.unwrap_or_else(|| target_dir.join("fntrace.data"));
@@ -216,10 +237,13 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     Ok(ExitCode::from(st.code().unwrap_or(1) as u8))
 }
 
-fn target_dir(cargo: &OsString) -> Result<PathBuf, String> {
-    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
-        return Ok(PathBuf::from(t));
-    }
+/// What `cargo metadata` says about the workspace.
+struct Meta {
+    target: PathBuf,
+    members: Vec<String>,
+}
+
+fn metadata(cargo: &OsString) -> Result<Meta, String> {
     let out = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .output()
@@ -232,10 +256,22 @@ fn target_dir(cargo: &OsString) -> Result<PathBuf, String> {
     }
     let v: serde_json::Value =
         serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))?;
-    v["target_directory"]
-        .as_str()
-        .map(PathBuf::from)
-        .ok_or_else(|| "cargo metadata gave no target_directory".into())
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(t) => PathBuf::from(t),
+        None => v["target_directory"]
+            .as_str()
+            .map(PathBuf::from)
+            .ok_or("cargo metadata gave no target_directory")?,
+    };
+    let members = v["packages"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .filter_map(|p| p["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Meta { target, members })
 }
 
 #[cfg(test)]
