@@ -285,7 +285,7 @@ fn backtraces_and_signal_handlers_inside_traced_code() {
 }
 
 #[test]
-fn dlopened_instrumented_library() {
+fn instrumented_shared_libraries_dlopened_and_linked() {
     let d = tempfile::tempdir().unwrap();
     for (name, flags) in [C_MODES[0], C_MODES[2], C_MODES[3]] {
         let mut f = flags.to_vec();
@@ -297,6 +297,19 @@ fn dlopened_instrumented_library() {
         let (m, inc) = summary(&d.path().join("t.data"));
         assert_eq!(calls(&m, "plugin_helper"), 10, "{name}: {m:?}");
         assert_eq!(calls(&m, "local_fn"), 10, "{name}: {m:?}");
+        assert_eq!(inc, 0);
+        // The same library linked at start (DT_NEEDED).
+        let rpath = format!("-Wl,-rpath,{}", d.path().display());
+        let bin = d.path().join(format!("linked-{name}"));
+        let src = format!("{SRC}/dl_linked.c");
+        let mut a = vec!["-O2", "-fno-optimize-sibling-calls"];
+        a.extend(flags);
+        a.extend(["-o", bin.to_str().unwrap(), &src, l, &rpath]);
+        compile("gcc", &a);
+        assert_eq!(run_traced(d.path(), &bin, &[]), run_plain(&bin, &[]));
+        let (m, inc) = summary(&d.path().join("t.data"));
+        assert_eq!(calls(&m, "plugin_helper"), 10, "{name} linked: {m:?}");
+        assert_eq!(calls(&m, "plugin_work"), 10, "{name} linked: {m:?}");
         assert_eq!(inc, 0);
     }
 }
