@@ -243,6 +243,20 @@ fn run() -> Result<ExitCode> {
                         output.display()
                     );
                 }
+                ExportFormat::Xray => {
+                    let s = export::write_xray(&mut buf, &t)
+                        .with_context(|| format!("{}: cannot export", path.display()))?;
+                    eprintln!(
+                        "fntrace: wrote {} XRay records to {}{}",
+                        s.records,
+                        output.display(),
+                        if s.skipped > 0 {
+                            format!(" ({} calls of functions without an XRay id left out)", s.skipped)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
             }
             std::fs::write(&output, buf)
                 .with_context(|| format!("{}: cannot write", output.display()))?;
@@ -304,6 +318,8 @@ fn warn_damage(t: &Trace) {
 enum ExportFormat {
     /// glibc's gmon.out, for `gprof BINARY gmon.out`.
     Gmon,
+    /// An llvm-xray basic-mode log, for `llvm-xray account -instr_map=BINARY`.
+    Xray,
 }
 
 /// Options of `fntrace record` passed to the runtime.

@@ -26,7 +26,7 @@ pub struct Instrumentation {
 impl Instrumentation {
     /// Whether a compiler hook needs the preload runtime.
     pub fn needs_preload(&self) -> bool {
-        (self.mcount || self.fentry || self.cyg_profile) && !self.runtime
+        (self.mcount || self.fentry || self.cyg_profile || self.xray) && !self.runtime
     }
 
     /// Whether anything fntrace can record was found.
@@ -99,7 +99,9 @@ pub fn build_advice(prog: &str) -> String {
     format!(
         "{prog} has no instrumentation fntrace can record. Rebuild it with one of:\n\
          \x20 C/C++:  gcc -pg | gcc -pg -mfentry | gcc -finstrument-functions\n\
+         \x20         clang -fxray-instrument -fxray-instruction-threshold=1\n\
          \x20 Rust:   cargo fntrace build --instrument=mcount   (rustc -Zinstrument-mcount)\n\
+         \x20         cargo fntrace build --instrument=xray     (rustc -Zinstrument-xray)\n\
          \x20         or #[fntrace::instrument_fn] on the functions to trace"
     )
 }

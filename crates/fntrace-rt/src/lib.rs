@@ -7,6 +7,8 @@
 //!   lock-free chunk buffers and the event hot path;
 //! - [`hooks`]: compiler instrumentation ABIs (mcount, fentry,
 //!   cyg_profile), the shadow stack and the exit trampoline;
+//! - [`xray`]: an XRay runtime (sled discovery, patching, trampolines,
+//!   compiler-rt's C API);
 //! - [`filter`]: record-time depth limit and function filters;
 //! - [`clock`]: TSC timestamps and their calibration;
 //! - [`procinfo`]: the process description written into the trace (module
@@ -21,5 +23,6 @@ pub mod hooks;
 pub mod procinfo;
 pub mod recorder;
 pub mod site;
+pub mod xray;
 
 pub use recorder::{Options, Summary, finish, flush, is_recording, output_path, start};

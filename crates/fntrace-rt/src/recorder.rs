@@ -1272,6 +1272,10 @@ pub fn note_modules_changed() {
     write_modules(unsafe { &*p });
     drop(_l);
     filter::scan_new_modules();
+    #[cfg(feature = "compiler-hooks")]
+    if crate::xray::tramp::RECORD.load(Ordering::Acquire) {
+        crate::xray::api::start_recording();
+    }
 }
 
 /// Finishes the active session: closes the calling thread's stream, writes
@@ -1470,6 +1474,9 @@ fn init_from_env_once() {
         if let Err(e) = start_locked(&opts) {
             eprintln!("fntrace: cannot record: {e}");
             SESSION.store(0, Ordering::Release);
+        } else {
+            #[cfg(feature = "compiler-hooks")]
+            crate::xray::api::start_recording();
         }
     });
 }

@@ -1,0 +1,103 @@
+//! compiler-rt's XRay C API (`<xray/xray_interface.h>`), so programs
+//! written against it link against fntrace instead: handlers, patching of
+//! everything or of one function, id → address.
+
+use core::sync::atomic::Ordering;
+
+use super::patch::{self, status};
+use super::tramp::{HANDLER, HANDLER_ARG1, Handler, HandlerArg1};
+
+/// `int __xray_set_handler(void (*entry)(int32_t, XRayEntryType))`.
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_set_handler(entry: Option<Handler>) -> i32 {
+    HANDLER.store(
+        entry.map_or(core::ptr::null_mut(), |f| f as *mut ()),
+        Ordering::Release,
+    );
+    1
+}
+
+/// `int __xray_remove_handler(void)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_remove_handler() -> i32 {
+    __xray_set_handler(None)
+}
+
+/// `int __xray_set_handler_arg1(void (*)(int32_t, XRayEntryType, uint64_t))`.
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_set_handler_arg1(entry: Option<HandlerArg1>) -> i32 {
+    HANDLER_ARG1.store(
+        entry.map_or(core::ptr::null_mut(), |f| f as *mut ()),
+        Ordering::Release,
+    );
+    1
+}
+
+/// `int __xray_remove_handler_arg1(void)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_remove_handler_arg1() -> i32 {
+    __xray_set_handler_arg1(None)
+}
+
+fn result(r: Result<usize, i32>) -> i32 {
+    match r {
+        Ok(_) => status::SUCCESS,
+        Err(s) => s,
+    }
+}
+
+/// `XRayPatchingStatus __xray_patch(void)`: patches every sled.
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_patch() -> i32 {
+    result(patch::patch_where(true, &|_| true))
+}
+
+/// `XRayPatchingStatus __xray_unpatch(void)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_unpatch() -> i32 {
+    result(patch::patch_where(false, &|_| true))
+}
+
+/// `XRayPatchingStatus __xray_patch_function(int32_t FuncId)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_patch_function(id: i32) -> i32 {
+    patch::scan();
+    patch::patch_function(id, true)
+}
+
+/// `XRayPatchingStatus __xray_unpatch_function(int32_t FuncId)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_unpatch_function(id: i32) -> i32 {
+    patch::scan();
+    patch::patch_function(id, false)
+}
+
+/// `uintptr_t __xray_function_address(int32_t FuncId)`: 0 if unknown.
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_function_address(id: i32) -> usize {
+    patch::scan();
+    patch::function_address(id) as usize
+}
+
+/// `size_t __xray_max_function_id(void)` (of the main executable).
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_max_function_id() -> usize {
+    patch::max_function_id()
+}
+
+/// `void __xray_init(void)`: discovery happens on demand; kept for
+/// programs that call it.
+#[unsafe(no_mangle)]
+pub extern "C" fn __xray_init() {
+    patch::scan();
+}
+
+/// Starts recording XRay events with the fntrace recorder: finds the
+/// sleds and patches them all. Returns the number of sleds patched.
+pub fn start_recording() -> usize {
+    if !patch::scan() {
+        return 0;
+    }
+    super::tramp::RECORD.store(true, Ordering::Release);
+    patch::patch_where(true, &|_| true).unwrap_or(0)
+}

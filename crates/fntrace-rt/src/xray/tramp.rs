@@ -1,0 +1,190 @@
+//! XRay trampolines and the event dispatcher.
+//!
+//! A patched entry, tail-exit or log-args sled runs `mov r10d, id` and
+//! calls its trampoline (through a nearby stub) at the very start of the
+//! function or just before a tail call: every argument register is live.
+//! Saved: rdi, rsi, rdx, rcx, r8, r9, rax (vector count of variadic calls),
+//! r11 and xmm0–7, like compiler-rt. xmm8–15 are not saved: the System V
+//! ABI passes no arguments in them and they are caller-saved, so nothing
+//! live is in them at a function boundary; the upper halves of ymm/zmm
+//! registers (AVX arguments) survive because the handler is built for
+//! baseline x86_64 and never executes VEX-encoded instructions, and x87 is
+//! never touched. r10 holds the id.
+//!
+//! A patched exit sled jumps (not calls) to the exit trampoline at the
+//! function's `ret`: only the return registers rax, rdx, xmm0 and xmm1 are
+//! live; they are saved, the handler runs, and the trampoline's own `ret`
+//! returns to the function's caller (a correctly predicted return).
+//!
+//! All trampolines realign the stack with a frame of their own (rbp saved).
+
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+use super::sleds::kind;
+use crate::recorder;
+
+/// compiler-rt handler: `void (*)(int32_t id, XRayEntryType type)`.
+pub type Handler = extern "C" fn(i32, u32);
+/// compiler-rt arg1 handler: `void (*)(int32_t, XRayEntryType, uint64_t)`.
+pub type HandlerArg1 = extern "C" fn(i32, u32, u64);
+
+/// The handler set with `__xray_set_handler` (null: none).
+pub static HANDLER: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+/// The handler set with `__xray_set_handler_arg1` (null: none).
+pub static HANDLER_ARG1: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+/// Events go to the fntrace recorder when no handler is set.
+pub static RECORD: AtomicBool = AtomicBool::new(false);
+
+/// Handles one sled event.
+extern "C" fn dispatch(id: i32, kind: u32, arg1: u64) {
+    if kind == u32::from(kind::LOG_ARGS) {
+        let h = HANDLER_ARG1.load(Ordering::Acquire);
+        if !h.is_null() {
+            // SAFETY: only `HandlerArg1` values are stored here.
+            let h: HandlerArg1 = unsafe { core::mem::transmute(h) };
+            h(id, kind, arg1);
+            return;
+        }
+    }
+    let h = HANDLER.load(Ordering::Acquire);
+    if !h.is_null() {
+        // SAFETY: only `Handler` values are stored here.
+        let h: Handler = unsafe { core::mem::transmute(h) };
+        h(id, kind);
+        return;
+    }
+    if !RECORD.load(Ordering::Relaxed) {
+        return;
+    }
+    let func = super::patch::function_address(id);
+    if func == 0 {
+        return;
+    }
+    match kind as u8 {
+        kind::ENTRY | kind::LOG_ARGS => recorder::explicit_entry(func, 0),
+        kind::EXIT | kind::TAIL => recorder::explicit_exit(func),
+        _ => {}
+    }
+}
+
+macro_rules! call_trampoline {
+    ($kind:expr) => {
+        core::arch::naked_asm!(
+            "push rbp",
+            "mov rbp, rsp",
+            "and rsp, -16",
+            "sub rsp, 192",
+            "movaps [rsp], xmm0",
+            "movaps [rsp + 16], xmm1",
+            "movaps [rsp + 32], xmm2",
+            "movaps [rsp + 48], xmm3",
+            "movaps [rsp + 64], xmm4",
+            "movaps [rsp + 80], xmm5",
+            "movaps [rsp + 96], xmm6",
+            "movaps [rsp + 112], xmm7",
+            "mov [rsp + 128], rax",
+            "mov [rsp + 136], rdi",
+            "mov [rsp + 144], rsi",
+            "mov [rsp + 152], rdx",
+            "mov [rsp + 160], rcx",
+            "mov [rsp + 168], r8",
+            "mov [rsp + 176], r9",
+            "mov [rsp + 184], r11",
+            "mov rdx, rdi",
+            "mov edi, r10d",
+            "mov esi, {kind}",
+            "call {dispatch}",
+            "movaps xmm0, [rsp]",
+            "movaps xmm1, [rsp + 16]",
+            "movaps xmm2, [rsp + 32]",
+            "movaps xmm3, [rsp + 48]",
+            "movaps xmm4, [rsp + 64]",
+            "movaps xmm5, [rsp + 80]",
+            "movaps xmm6, [rsp + 96]",
+            "movaps xmm7, [rsp + 112]",
+            "mov rax, [rsp + 128]",
+            "mov rdi, [rsp + 136]",
+            "mov rsi, [rsp + 144]",
+            "mov rdx, [rsp + 152]",
+            "mov rcx, [rsp + 160]",
+            "mov r8, [rsp + 168]",
+            "mov r9, [rsp + 176]",
+            "mov r11, [rsp + 184]",
+            "mov rsp, rbp",
+            "pop rbp",
+            "ret",
+            kind = const $kind,
+            dispatch = sym dispatch,
+        )
+    };
+}
+
+/// Entry trampoline (called from entry sleds).
+///
+/// # Safety
+/// Only patched sleds call it, with the id in r10d.
+#[unsafe(naked)]
+pub unsafe extern "C" fn fntrace_xray_entry() {
+    call_trampoline!(kind::ENTRY as u32)
+}
+
+/// Tail-exit trampoline (called from tail sleds).
+///
+/// # Safety
+/// Only patched sleds call it, with the id in r10d.
+#[unsafe(naked)]
+pub unsafe extern "C" fn fntrace_xray_tail() {
+    call_trampoline!(kind::TAIL as u32)
+}
+
+/// Log-args entry trampoline: the handler also gets the first argument.
+///
+/// # Safety
+/// Only patched sleds call it, with the id in r10d.
+#[unsafe(naked)]
+pub unsafe extern "C" fn fntrace_xray_log_args() {
+    call_trampoline!(kind::LOG_ARGS as u32)
+}
+
+/// Exit trampoline (jumped to from exit sleds, in place of the `ret`).
+///
+/// # Safety
+/// Only patched exit sleds jump here, with the id in r10d and the
+/// function's return address on top of the stack.
+#[unsafe(naked)]
+pub unsafe extern "C" fn fntrace_xray_exit() {
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "and rsp, -16",
+        "sub rsp, 64",
+        "movaps [rsp], xmm0",
+        "movaps [rsp + 16], xmm1",
+        "mov [rsp + 32], rax",
+        "mov [rsp + 40], rdx",
+        "mov edi, r10d",
+        "mov esi, {kind}",
+        "xor edx, edx",
+        "call {dispatch}",
+        "movaps xmm0, [rsp]",
+        "movaps xmm1, [rsp + 16]",
+        "mov rax, [rsp + 32]",
+        "mov rdx, [rsp + 40]",
+        "mov rsp, rbp",
+        "pop rbp",
+        "ret",
+        kind = const kind::EXIT as u32,
+        dispatch = sym dispatch,
+    )
+}
+
+/// Addresses of the entry, exit, tail and log-args trampolines (the stub
+/// order of `patch`).
+pub fn targets() -> [u64; 4] {
+    [
+        fntrace_xray_entry as *const () as u64,
+        fntrace_xray_exit as *const () as u64,
+        fntrace_xray_tail as *const () as u64,
+        fntrace_xray_log_args as *const () as u64,
+    ]
+}
