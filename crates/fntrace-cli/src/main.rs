@@ -251,7 +251,10 @@ fn run() -> Result<ExitCode> {
                         s.records,
                         output.display(),
                         if s.skipped > 0 {
-                            format!(" ({} calls of functions without an XRay id left out)", s.skipped)
+                            format!(
+                                " ({} calls of functions without an XRay id left out)",
+                                s.skipped
+                            )
                         } else {
                             String::new()
                         }

@@ -743,6 +743,20 @@ fn resync(t: &mut ThreadState, tramp: u64) {
     t.shadow.resync_floor = 0;
 }
 
+/// Runs `f` unless the calling thread is already inside the recorder or a
+/// guarded handler (a handler that runs instrumented code would otherwise
+/// recurse without end). Returns whether `f` ran.
+pub fn guarded(f: impl FnOnce()) -> bool {
+    let t = state();
+    if t.busy {
+        return false;
+    }
+    t.busy = true;
+    f();
+    state().busy = false;
+    true
+}
+
 /// The calling thread's shadow-stack depth (for tests and diagnostics).
 pub fn shadow_depth() -> usize {
     with_state(|t| t.shadow.len)

@@ -1,6 +1,6 @@
 //! The XRay object registry and sled patching.
 //!
-//! Patching a sled (11 bytes, 2-byte aligned) while other threads may run
+//! Patching a sled (11 bytes) while other threads may run
 //! it: first bytes 2..11 are written (`<id32> e8|e9 <rel32>`: unreachable
 //! while the head still jumps over them or is the `ret` of an exit sled),
 //! then the 2-byte head (`41 ba`, the start of `mov r10d, id`) with one
@@ -13,7 +13,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use super::sleds::{self, Sled, kind};
 
@@ -55,6 +55,9 @@ pub struct XObject {
 /// without sleds).
 pub static OBJECTS: Mutex<Vec<XObject>> = Mutex::new(Vec::new());
 
+/// Loaded objects known to have no sleds (start, path).
+static NO_SLEDS: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+
 /// Function tables for the hot path: object id → leaked `Vec<u64>`.
 static FUNCS: [AtomicPtr<Vec<u64>>; 256] = [const { AtomicPtr::new(core::ptr::null_mut()) }; 256];
 
@@ -90,8 +93,14 @@ pub fn scan() -> bool {
             // Its code is gone: no more patching, no more ids.
         }
     }
+    let mut none = NO_SLEDS.lock().unwrap_or_else(|e| e.into_inner());
+    none.retain(|n| loaded.iter().any(|l| l.0 == n.0 && l.3 == n.1));
     for (i, (start, size, bias, path)) in loaded.into_iter().enumerate() {
-        if objs.iter().any(|o| o.alive && o.start == start && o.path == path) {
+        if objs
+            .iter()
+            .any(|o| o.alive && o.start == start && o.path == path)
+            || none.iter().any(|n| n.0 == start && n.1 == path)
+        {
             continue;
         }
         let found = if path.as_os_str().is_empty() {
@@ -100,6 +109,7 @@ pub fn scan() -> bool {
             sleds::read(&path, bias)
         };
         if found.is_none() && !(i == 0 && objs.is_empty()) {
+            none.push((start, path));
             continue;
         }
         let sl = found.unwrap_or_default();
@@ -213,8 +223,13 @@ fn stubs(o: &mut XObject) -> Result<u64, String> {
         };
     }
     // SAFETY: our page; from now on it is only executed.
-    if unsafe { libc::mprotect(page as *mut libc::c_void, 4096, libc::PROT_READ | libc::PROT_EXEC) }
-        != 0
+    if unsafe {
+        libc::mprotect(
+            page as *mut libc::c_void,
+            4096,
+            libc::PROT_READ | libc::PROT_EXEC,
+        )
+    } != 0
     {
         return Err(format!(
             "cannot make the XRay trampoline page executable: {}",
@@ -316,17 +331,29 @@ fn write_patched(s: &Sled, stub: u64) {
     store_head(s.addr, [b[0], b[1]]);
 }
 
-/// Stores a sled's first two bytes with one atomic store.
+/// Stores a sled's first two bytes with one store. Exit sleds need not be
+/// 2-byte aligned; x86 makes a 16-bit store atomic when it does not cross
+/// a cache line, so one `mov word` is used; a head split across two lines
+/// (never seen from LLVM) is written byte by byte, tail first.
 fn store_head(addr: u64, head: [u8; 2]) {
     let v = u16::from_le_bytes(head);
-    if addr % 2 == 0 {
-        // SAFETY: 2-byte aligned, inside a writable text page; other
-        // threads see either the old or the new head.
-        unsafe { AtomicU16::from_ptr(addr as *mut u16).store(v, Ordering::Release) };
+    if addr % 64 != 63 {
+        // SAFETY: inside a writable text page (the caller's mprotect);
+        // other threads see the old or the new two bytes.
+        unsafe {
+            core::arch::asm!(
+                "mov word ptr [{a}], {v:x}",
+                a = in(reg) addr,
+                v = in(reg) v,
+                options(nostack, preserves_flags),
+            );
+        }
     } else {
-        // XRay aligns sleds to 2 bytes; an odd one is written bytewise.
-        // SAFETY: inside a writable text page.
-        unsafe { (addr as *mut [u8; 2]).write_volatile(head) };
+        // SAFETY: as above.
+        unsafe {
+            core::ptr::write_volatile((addr + 1) as *mut u8, head[1]);
+            core::ptr::write_volatile(addr as *mut u8, head[0]);
+        }
     }
 }
 

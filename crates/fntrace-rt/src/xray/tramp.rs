@@ -35,14 +35,15 @@ pub static HANDLER_ARG1: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 /// Events go to the fntrace recorder when no handler is set.
 pub static RECORD: AtomicBool = AtomicBool::new(false);
 
-/// Handles one sled event.
+/// Handles one sled event. Unlike compiler-rt, a handler that runs
+/// instrumented code does not recurse: events inside it are dropped.
 extern "C" fn dispatch(id: i32, kind: u32, arg1: u64) {
     if kind == u32::from(kind::LOG_ARGS) {
         let h = HANDLER_ARG1.load(Ordering::Acquire);
         if !h.is_null() {
             // SAFETY: only `HandlerArg1` values are stored here.
             let h: HandlerArg1 = unsafe { core::mem::transmute(h) };
-            h(id, kind, arg1);
+            recorder::guarded(|| h(id, kind, arg1));
             return;
         }
     }
@@ -50,7 +51,7 @@ extern "C" fn dispatch(id: i32, kind: u32, arg1: u64) {
     if !h.is_null() {
         // SAFETY: only `Handler` values are stored here.
         let h: Handler = unsafe { core::mem::transmute(h) };
-        h(id, kind);
+        recorder::guarded(|| h(id, kind));
         return;
     }
     if !RECORD.load(Ordering::Relaxed) {

@@ -1,0 +1,272 @@
+//! XRay end to end: clang and rustc XRay builds recorded by fntrace's own
+//! XRay runtime (injected by `fntrace record`), the export read by the real
+//! `llvm-xray`, a program written against compiler-rt's C API behaving the
+//! same with fntrace, and patching 10,000 times while threads run. clang-14,
+//! rustc and llvm-xray are required (a missing tool fails the test).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use fntrace_cli::analysis::{Call, Visitor, walk_thread};
+use fntrace_cli::commands::{SortKey, report_rows};
+use fntrace_format::Trace;
+
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xray");
+const FIB_C: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/workloads/fib.c"
+);
+const FIB_RS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/workloads/fib.rs"
+);
+
+fn fntrace_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_fntrace"))
+}
+
+fn preload() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = fntrace_bin().parent().unwrap().to_path_buf();
+        let mut c = Command::new(env!("CARGO"));
+        c.args(["build", "-q", "-p", "fntrace-preload"]);
+        if dir.ends_with("release") {
+            c.arg("--release");
+        }
+        assert!(
+            c.status().unwrap().success(),
+            "building fntrace-preload failed"
+        );
+        dir.join("libfntrace_preload.so")
+    })
+    .clone()
+}
+
+fn run(tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(args)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("{tool} is required for this test: {e}"));
+    assert!(
+        out.status.success(),
+        "{tool} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn record(dir: &Path, bin: &Path, args: &[&str]) -> (String, PathBuf) {
+    let data = dir.join("t.data");
+    let out = Command::new(fntrace_bin())
+        .arg("record")
+        .arg("-o")
+        .arg(&data)
+        .arg("--")
+        .arg(bin)
+        .args(args)
+        .env("FNTRACE_PRELOAD", preload())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (String::from_utf8(out.stdout).unwrap(), data)
+}
+
+fn calls_of(data: &Path, name: &str) -> u64 {
+    let t = Trace::open(data).unwrap();
+    report_rows(&t, false, SortKey::Name)
+        .into_iter()
+        .find(|r| r.function == name)
+        .map(|r| r.calls)
+        .unwrap_or(0)
+}
+
+#[test]
+fn clang_and_rustc_xray_builds_record_and_llvm_xray_reads_the_export() {
+    let d = tempfile::tempdir().unwrap();
+    let c = d.path().join("fib-xray");
+    run(
+        "clang-14",
+        &[
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+            c.to_str().unwrap(),
+            FIB_C,
+        ],
+    );
+    let rs = d.path().join("fibrs-xray");
+    run(
+        "rustc",
+        &[
+            "-O",
+            "-Zinstrument-xray=always",
+            "-o",
+            rs.to_str().unwrap(),
+            FIB_RS,
+        ],
+    );
+    for (bin, name) in [(&c, "fib"), (&rs, "fib::fib")] {
+        let (out, data) = record(d.path(), bin, &["20"]);
+        assert_eq!(out, "6765\n");
+        assert_eq!(calls_of(&data, name), 21891, "{}", bin.display());
+        // The export, read by llvm-xray.
+        let log = d.path().join("xray-log.fntrace");
+        let st = Command::new(fntrace_bin())
+            .arg("export")
+            .arg(&data)
+            .args(["--format", "xray", "-o"])
+            .arg(&log)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let instr = format!("-instr_map={}", bin.display());
+        let csv = run(
+            "llvm-xray",
+            &[
+                "account",
+                &instr,
+                "-format=csv",
+                "-sort=count",
+                "-sortorder=dsc",
+                log.to_str().unwrap(),
+            ],
+        );
+        let top = csv.lines().nth(1).expect("a row");
+        let f: Vec<&str> = top.split(',').collect();
+        assert_eq!(f[1], "21891", "{csv}");
+        assert!(
+            top.ends_with(&format!(
+                "\"{}\"",
+                if bin == &c { "fib" } else { "fib::fib" }
+            )) || top.contains("fib"),
+            "{csv}"
+        );
+        let yaml = run(
+            "llvm-xray",
+            &[
+                "convert",
+                &instr,
+                "-output-format=yaml",
+                log.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(
+            yaml.matches("kind: function-enter").count(),
+            yaml.matches("kind: function-exit").count()
+        );
+        let stack = run("llvm-xray", &["stack", &instr, log.to_str().unwrap()]);
+        assert!(stack.contains("Unique Stacks"), "{stack}");
+    }
+}
+
+#[test]
+fn compiler_rt_api_program_behaves_the_same_on_fntrace() {
+    let d = tempfile::tempdir().unwrap();
+    let src = format!("{SRC}/capi.cc");
+    let lib = preload();
+    let libdir = lib.parent().unwrap().to_str().unwrap().to_string();
+    let ours = d.path().join("capi-fntrace");
+    let rpath = format!("-Wl,-rpath,{libdir}");
+    let ldir = format!("-L{libdir}");
+    run(
+        "clang++-14",
+        &[
+            "-O2",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-fnoxray-link-deps",
+            "-o",
+            ours.to_str().unwrap(),
+            &src,
+            &ldir,
+            "-lfntrace_preload",
+            &rpath,
+        ],
+    );
+    let theirs = d.path().join("capi-crt");
+    run(
+        "clang++-14",
+        &[
+            "-O2",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+            theirs.to_str().unwrap(),
+            &src,
+        ],
+    );
+    let a = run(ours.to_str().unwrap(), &[]);
+    let out = Command::new(&theirs)
+        .env("XRAY_OPTIONS", "patch_premain=false verbosity=0")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let b = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(a, b);
+    assert!(a.contains("patched: entries 20 exits 20"), "{a}");
+    assert!(
+        a.contains("leaf only: entries 10 exits 10 last is leaf 1"),
+        "{a}"
+    );
+    assert!(a.contains("patch bad id: 3"), "{a}");
+}
+
+#[test]
+fn patching_10000_times_while_four_threads_run() {
+    let d = tempfile::tempdir().unwrap();
+    let lib = preload();
+    let libdir = lib.parent().unwrap().to_str().unwrap().to_string();
+    let bin = d.path().join("stress");
+    let rpath = format!("-Wl,-rpath,{libdir}");
+    let ldir = format!("-L{libdir}");
+    let src = format!("{SRC}/stress.c");
+    run(
+        "clang-14",
+        &[
+            "-O2",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-fnoxray-link-deps",
+            "-o",
+            bin.to_str().unwrap(),
+            &src,
+            &ldir,
+            "-lfntrace_preload",
+            &rpath,
+            "-lpthread",
+        ],
+    );
+    let (out, data) = record(d.path(), &bin, &[]);
+    assert_eq!(out, "patching ok 1, workers ok 4\n");
+    let t = Trace::open(&data).unwrap();
+    assert!(t.damage().is_empty());
+    struct Nest {
+        calls: u64,
+    }
+    impl Visitor for Nest {
+        fn call(&mut self, c: &Call) {
+            assert!(c.end >= c.start);
+            self.calls += 1;
+        }
+    }
+    let mut busy = 0;
+    for tid in t.thread_ids() {
+        let mut v = Nest { calls: 0 };
+        let s = walk_thread(&t, tid, &mut v);
+        assert_eq!(s.unmatched_exits, 0, "thread {tid}");
+        assert!(s.damage.is_empty());
+        if v.calls > 1000 {
+            busy += 1;
+        }
+    }
+    assert_eq!(busy, 4, "every worker recorded while patched");
+}
