@@ -206,7 +206,7 @@ pub fn write_xray(out: &mut dyn Write, trace: &Trace) -> io::Result<XraySummary>
         .process
         .as_ref()
         .map(|p| p.pid as u32)
-        .unwrap_or(h.pid as u32);
+        .unwrap_or(h.pid);
     let mut sum = XraySummary::default();
     for tid in trace.thread_ids() {
         // Ids of the open calls (None: not an XRay function, skipped).
