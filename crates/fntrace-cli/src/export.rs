@@ -202,11 +202,7 @@ pub fn write_xray(out: &mut dyn Write, trace: &Trace) -> io::Result<XraySummary>
     hdr[4] = if invariant { 0b11 } else { 0 };
     hdr[8..16].copy_from_slice(&trace.tsc_hz().to_le_bytes());
     out.write_all(&hdr)?;
-    let pid = meta
-        .process
-        .as_ref()
-        .map(|p| p.pid as u32)
-        .unwrap_or(h.pid);
+    let pid = meta.process.as_ref().map(|p| p.pid as u32).unwrap_or(h.pid);
     let mut sum = XraySummary::default();
     for tid in trace.thread_ids() {
         // Ids of the open calls (None: not an XRay function, skipped).

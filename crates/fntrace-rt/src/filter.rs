@@ -18,17 +18,35 @@ pub(crate) const TRACE: u8 = 1;
 pub(crate) const NOTRACE: u8 = 2;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Bits of the features the hook hot path must look at (0: none, the
+/// common case, tested with one load).
+static FEATURES: AtomicU32 = AtomicU32::new(0);
+/// `-F`/`-N` filters are active.
+pub(crate) const FEAT_FILTERS: u32 = 1;
+/// A depth limit is set.
+pub(crate) const FEAT_DEPTH: u32 = 2;
+/// Counting mode.
+pub(crate) const FEAT_COUNT: u32 = 4;
+
+/// The features in force (see the `FEAT_*` bits).
+#[inline(always)]
+pub(crate) fn features() -> u32 {
+    FEATURES.load(Ordering::Relaxed)
+}
+
+/// Turns a feature bit on or off.
+pub(crate) fn set_feature(bit: u32, on: bool) {
+    if on {
+        FEATURES.fetch_or(bit, Ordering::Relaxed);
+    } else {
+        FEATURES.fetch_and(!bit, Ordering::Relaxed);
+    }
+}
 static HAS_TRACE: AtomicBool = AtomicBool::new(false);
 static MAX_DEPTH: AtomicU32 = AtomicU32::new(0);
 
 /// Environment variable with the maximum recorded call depth.
 pub const ENV_DEPTH: &str = "FNTRACE_DEPTH";
-
-/// Whether `-F`/`-N` filters are in force.
-#[inline(always)]
-pub(crate) fn active() -> bool {
-    ACTIVE.load(Ordering::Relaxed)
-}
 
 /// Whether any `-F` filter is given (then only their regions record).
 #[inline(always)]
@@ -180,6 +198,7 @@ pub(crate) fn scan_new_modules() {
 /// Sets the depth limit (0 = none).
 pub fn set_max_depth(depth: u32) {
     MAX_DEPTH.store(depth, Ordering::Relaxed);
+    set_feature(FEAT_DEPTH, depth != 0);
 }
 
 /// Sets `-F` (record only inside these) and `-N` (never record inside
@@ -202,6 +221,7 @@ pub fn set_filters(trace: &[&str], notrace: &[&str]) -> Result<(), String> {
     *PATTERNS.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
     scan_new_modules();
     ACTIVE.store(any, Ordering::Release);
+    set_feature(FEAT_FILTERS, any);
     Ok(())
 }
 

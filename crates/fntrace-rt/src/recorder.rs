@@ -444,9 +444,12 @@ fn exit_inner(t: &mut ThreadState) {
 /// Whether a call of `func` is recorded given the thread's filter regions,
 /// and the filter flags its shadow frame gets.
 #[inline(always)]
-fn hook_decision(t: &ThreadState, func: u64) -> (bool, u32) {
-    if !filter::active() {
-        return (filter::depth_ok(t.depth), 0);
+fn hook_decision(t: &ThreadState, func: u64, feat: u32) -> (bool, u32) {
+    if feat & filter::FEAT_FILTERS == 0 {
+        return (
+            feat & filter::FEAT_DEPTH == 0 || filter::depth_ok(t.depth),
+            0,
+        );
     }
     let class = filter::classify(func);
     let mut flags = 0;
@@ -471,7 +474,8 @@ fn hook_decision(t: &ThreadState, func: u64) -> (bool, u32) {
 #[inline(always)]
 pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64) {
     let t = state();
-    if count::count_mode() {
+    let feat = filter::features();
+    if feat & filter::FEAT_COUNT != 0 {
         if !t.busy {
             t.busy = true;
             // SAFETY: as below, `slot` is the live return-address slot.
@@ -489,7 +493,7 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64) {
     if t.shadow.restored && t.shadow.walking == 0 {
         resync(t, tramp);
     }
-    let (record, flags) = hook_decision(t, func);
+    let (record, flags) = hook_decision(t, func, feat);
     if (record || flags != 0) && t.shadow.has_room() {
         // SAFETY: by the caller's contract `slot` is the live return
         // slot of the function being entered, on this thread's stack.
@@ -577,7 +581,8 @@ fn lost_return_address(slot: u64) -> ! {
 #[inline(always)]
 pub fn explicit_entry(func: u64, call_site: u64) {
     let t = state();
-    if count::count_mode() {
+    let feat = filter::features();
+    if feat & filter::FEAT_COUNT != 0 {
         if !t.busy {
             t.busy = true;
             count::count(&mut t.arcs, call_site, func);
@@ -591,7 +596,7 @@ pub fn explicit_entry(func: u64, call_site: u64) {
     }
     t.busy = true;
     compiler_fence(Ordering::SeqCst);
-    let (record, flags) = hook_decision(t, func);
+    let (record, flags) = hook_decision(t, func, feat);
     if t.shadow.has_room() {
         if record {
             record_entry_inner(t, func);
@@ -619,7 +624,7 @@ pub fn explicit_entry(func: u64, call_site: u64) {
 #[inline(always)]
 pub fn explicit_exit(func: u64) {
     let t = state();
-    if count::count_mode() {
+    if filter::features() & filter::FEAT_COUNT != 0 {
         return;
     }
     if t.busy {

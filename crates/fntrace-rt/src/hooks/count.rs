@@ -47,15 +47,10 @@ pub(crate) const SLOTS_OFFSET: usize = core::mem::offset_of!(Table, slots);
 /// The multiplier of the arc hash (shared with the assembly fast path).
 pub(crate) const HASH_K: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// Whether the process records in counting mode.
-#[inline(always)]
-pub(crate) fn count_mode() -> bool {
-    COUNT_MODE.load(Ordering::Relaxed)
-}
-
 /// Turns counting mode on or off (before recording starts).
 pub fn set_count_mode(on: bool) {
     COUNT_MODE.store(on, Ordering::Relaxed);
+    crate::filter::set_feature(crate::filter::FEAT_COUNT, on);
 }
 
 /// Reads `FNTRACE_COUNT`.

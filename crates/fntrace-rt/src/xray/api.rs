@@ -5,7 +5,7 @@
 use core::sync::atomic::Ordering;
 
 use super::patch::{self, status};
-use super::tramp::{HANDLER, HANDLER_ARG1, Handler, HandlerArg1};
+use super::tramp::{HANDLER, HANDLER_ARG1, Handler, HandlerArg1, USER};
 
 /// `int __xray_set_handler(void (*entry)(int32_t, XRayEntryType))`.
 #[unsafe(no_mangle)]
@@ -14,7 +14,14 @@ pub extern "C" fn __xray_set_handler(entry: Option<Handler>) -> i32 {
         entry.map_or(core::ptr::null_mut(), |f| f as *mut ()),
         Ordering::Release,
     );
+    update_user();
     1
+}
+
+fn update_user() {
+    let any = !HANDLER.load(Ordering::Acquire).is_null()
+        || !HANDLER_ARG1.load(Ordering::Acquire).is_null();
+    USER.store(any, Ordering::Release);
 }
 
 /// `int __xray_remove_handler(void)`.
@@ -30,6 +37,7 @@ pub extern "C" fn __xray_set_handler_arg1(entry: Option<HandlerArg1>) -> i32 {
         entry.map_or(core::ptr::null_mut(), |f| f as *mut ()),
         Ordering::Release,
     );
+    update_user();
     1
 }
 

@@ -35,41 +35,62 @@ pub static HANDLER_ARG1: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 /// Events go to the fntrace recorder when no handler is set.
 pub static RECORD: AtomicBool = AtomicBool::new(false);
 
-/// Handles one sled event. Unlike compiler-rt, a handler that runs
-/// instrumented code does not recurse: events inside it are dropped.
-extern "C" fn dispatch(id: i32, kind: u32, arg1: u64) {
+/// A user handler is set (either kind).
+pub static USER: AtomicBool = AtomicBool::new(false);
+
+/// Calls the user's handler for an event; false if none is set.
+#[cold]
+#[inline(never)]
+fn user_handler(id: i32, kind: u32, arg1: u64) -> bool {
     if kind == u32::from(kind::LOG_ARGS) {
         let h = HANDLER_ARG1.load(Ordering::Acquire);
         if !h.is_null() {
             // SAFETY: only `HandlerArg1` values are stored here.
             let h: HandlerArg1 = unsafe { core::mem::transmute(h) };
             recorder::guarded(|| h(id, kind, arg1));
-            return;
+            return true;
         }
     }
     let h = HANDLER.load(Ordering::Acquire);
-    if !h.is_null() {
-        // SAFETY: only `Handler` values are stored here.
-        let h: Handler = unsafe { core::mem::transmute(h) };
-        recorder::guarded(|| h(id, kind));
+    if h.is_null() {
+        return false;
+    }
+    // SAFETY: only `Handler` values are stored here.
+    let h: Handler = unsafe { core::mem::transmute(h) };
+    recorder::guarded(|| h(id, kind));
+    true
+}
+
+/// Handles an entry (or log-args entry) event. Unlike compiler-rt, a
+/// handler that runs instrumented code does not recurse: events inside it
+/// are dropped.
+extern "C" fn dispatch_entry(id: i32, kind: u32, arg1: u64) {
+    if USER.load(Ordering::Relaxed) && user_handler(id, kind, arg1) {
         return;
     }
-    if !RECORD.load(Ordering::Relaxed) {
+    if RECORD.load(Ordering::Relaxed) {
+        let func = super::patch::function_address(id);
+        if func != 0 {
+            recorder::explicit_entry(func, 0);
+        }
+    }
+}
+
+/// Handles an exit or tail-exit event.
+extern "C" fn dispatch_exit(id: i32, kind: u32, arg1: u64) {
+    if USER.load(Ordering::Relaxed) && user_handler(id, kind, arg1) {
         return;
     }
-    let func = super::patch::function_address(id);
-    if func == 0 {
-        return;
-    }
-    match kind as u8 {
-        kind::ENTRY | kind::LOG_ARGS => recorder::explicit_entry(func, 0),
-        kind::EXIT | kind::TAIL => recorder::explicit_exit(func),
-        _ => {}
+    if RECORD.load(Ordering::Relaxed) {
+        let func = super::patch::function_address(id);
+        if func != 0 {
+            recorder::explicit_exit(func);
+        }
     }
 }
 
 macro_rules! call_trampoline {
-    ($kind:expr) => {
+    ($kind:expr, $dispatch:ident) => {
         core::arch::naked_asm!(
             "push rbp",
             "mov rbp, rsp",
@@ -115,7 +136,7 @@ macro_rules! call_trampoline {
             "pop rbp",
             "ret",
             kind = const $kind,
-            dispatch = sym dispatch,
+            dispatch = sym $dispatch,
         )
     };
 }
@@ -126,7 +147,7 @@ macro_rules! call_trampoline {
 /// Only patched sleds call it, with the id in r10d.
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_xray_entry() {
-    call_trampoline!(kind::ENTRY as u32)
+    call_trampoline!(kind::ENTRY as u32, dispatch_entry)
 }
 
 /// Tail-exit trampoline (called from tail sleds).
@@ -135,7 +156,7 @@ pub unsafe extern "C" fn fntrace_xray_entry() {
 /// Only patched sleds call it, with the id in r10d.
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_xray_tail() {
-    call_trampoline!(kind::TAIL as u32)
+    call_trampoline!(kind::TAIL as u32, dispatch_exit)
 }
 
 /// Log-args entry trampoline: the handler also gets the first argument.
@@ -144,7 +165,7 @@ pub unsafe extern "C" fn fntrace_xray_tail() {
 /// Only patched sleds call it, with the id in r10d.
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_xray_log_args() {
-    call_trampoline!(kind::LOG_ARGS as u32)
+    call_trampoline!(kind::LOG_ARGS as u32, dispatch_entry)
 }
 
 /// Exit trampoline (jumped to from exit sleds, in place of the `ret`).
@@ -175,7 +196,7 @@ pub unsafe extern "C" fn fntrace_xray_exit() {
         "pop rbp",
         "ret",
         kind = const kind::EXIT as u32,
-        dispatch = sym dispatch,
+        dispatch = sym dispatch_exit,
     )
 }
 
