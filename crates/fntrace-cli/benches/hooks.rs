@@ -138,6 +138,89 @@ fn main() {
     }
     let count_t = best(dir, traced(&pg, true));
     rows.push(("fntrace counting (-pg)".into(), count_t, None));
+
+    // XRay: one clang binary (it links compiler-rt's XRay runtime, idle
+    // unless XRAY_OPTIONS asks) against the same source without XRay.
+    let clang = Command::new("clang-14").arg("--version").output().is_ok();
+    let mut xrows: Vec<(String, f64)> = vec![];
+    let mut fdr_t = None;
+    let mut xray_on = None;
+    if clang {
+        let cc = |name: &str, flags: &[&str]| {
+            let src = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../examples/workloads/fib.c"
+            );
+            let out = dir.join(name);
+            let st = Command::new("clang-14")
+                .args(["-O2", "-fno-optimize-sibling-calls"])
+                .args(flags)
+                .arg("-o")
+                .arg(&out)
+                .arg(src)
+                .status()
+                .expect("clang-14");
+            assert!(st.success());
+            out
+        };
+        let cplain = cc("fib-clang", &[]);
+        let cx = cc(
+            "fib-xray",
+            &["-fxray-instrument", "-fxray-instruction-threshold=1"],
+        );
+        // Net of process start-up (compiler-rt's runtime initialises even
+        // when idle; fntrace calibrates): time(fib(N)) - time(fib(1)).
+        let net = |mk: &dyn Fn(&str) -> Command| best(dir, || mk(N)) - best(dir, || mk("1"));
+        let plain_c = net(&|n| {
+            let mut c = Command::new(&cplain);
+            c.arg(n);
+            c
+        });
+        xrows.push(("clang, uninstrumented".into(), plain_c));
+        let t = net(&|n| {
+            let mut c = Command::new(&cx);
+            c.arg(n);
+            c
+        });
+        xrows.push(("XRay sleds, not patched".into(), t));
+        let t = net(&|n| {
+            let mut c = Command::new(&cx);
+            c.arg(n)
+                .env("LD_PRELOAD", &preload)
+                .env("FNTRACE_OUTPUT", &data);
+            c
+        });
+        xrows.push(("fntrace XRay, patched and recording".into(), t));
+        xray_on = Some(t);
+        for (name, mode, opts) in [
+            (
+                "compiler-rt XRay basic mode",
+                "xray-basic",
+                "XRAY_BASIC_OPTIONS",
+            ),
+            ("compiler-rt XRay FDR mode", "xray-fdr", "XRAY_FDR_OPTIONS"),
+        ] {
+            let t = net(&|n| {
+                let mut c = Command::new(&cx);
+                c.arg(n)
+                    .env(
+                        "XRAY_OPTIONS",
+                        format!("patch_premain=true xray_mode={mode} verbosity=0"),
+                    )
+                    .env(opts, "func_duration_threshold_us=0");
+                c
+            });
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                if e.file_name().to_string_lossy().starts_with("xray-log.") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+            if mode == "xray-fdr" {
+                fdr_t = Some(t);
+            }
+            xrows.push((name.into(), t));
+        }
+    }
     println!("fib({N}): {CALLS} calls; whole-process time, best of {RUNS} runs\n");
     println!("| what | ns/call | added ns/call | × uninstrumented | bytes/call |");
     println!("|---|---:|---:|---:|---:|");
@@ -158,5 +241,20 @@ fn main() {
     );
     if !uftrace {
         println!("(uftrace not installed: apt-get install uftrace)");
+    }
+    if let Some(&(_, plain_c)) = xrows.first() {
+        println!(
+            "\nXRay, fib({N}), clang-14 binaries, best of {RUNS} runs, net of process start-up\n"
+        );
+        println!("| what | ns/call | × uninstrumented |");
+        println!("|---|---:|---:|");
+        for (name, t) in &xrows {
+            println!("| {name} | {:.1} | {:.2} |", t / CALLS * 1e9, t / plain_c);
+        }
+        if let (Some(f), Some(x)) = (fdr_t, xray_on) {
+            println!("\ncompiler-rt FDR / fntrace XRay: {:.2}x", f / x);
+        }
+    } else {
+        println!("(clang-14 not installed: XRay rows skipped)");
     }
 }
