@@ -347,6 +347,7 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
     let ins = probe::inspect(&prog);
     let preload = match &ins {
         Some(i) if i.runtime && !i.needs_preload() => None,
+        Some(i) if i.hooks_runtime => None,
         _ => Some(probe::preload_path().with_context(|| {
             format!(
                 "cannot find {} (set FNTRACE_PRELOAD, or build it: cargo build --release -p fntrace-preload)",

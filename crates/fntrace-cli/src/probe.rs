@@ -8,9 +8,10 @@ use object::{Object, ObjectSection, ObjectSymbol};
 /// Instrumentation found in an executable.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Instrumentation {
-    /// The fntrace runtime is linked in (`#[instrument_fn]` or the static
-    /// compiler-hooks runtime).
+    /// The fntrace runtime is linked in (`#[instrument_fn]`).
     pub runtime: bool,
+    /// The compiler-hooks runtime is linked in (feature `compiler-hooks`).
+    pub hooks_runtime: bool,
     /// Calls `mcount`/`_mcount` (`-pg`, `-Zinstrument-mcount`).
     pub mcount: bool,
     /// Calls `__fentry__` (`-pg -mfentry`).
@@ -26,7 +27,7 @@ pub struct Instrumentation {
 impl Instrumentation {
     /// Whether a compiler hook needs the preload runtime.
     pub fn needs_preload(&self) -> bool {
-        (self.mcount || self.fentry || self.cyg_profile || self.xray) && !self.runtime
+        (self.mcount || self.fentry || self.cyg_profile || self.xray) && !self.hooks_runtime
     }
 
     /// Whether anything fntrace can record was found.
@@ -47,7 +48,10 @@ pub fn inspect(path: &Path) -> Option<Instrumentation> {
             "mcount" | "_mcount" if s.is_undefined() => ins.mcount = true,
             "__fentry__" if s.is_undefined() => ins.fentry = true,
             "__cyg_profile_func_enter" if s.is_undefined() => ins.cyg_profile = true,
-            "fntrace_exit_trampoline" if s.is_definition() => ins.runtime = true,
+            "fntrace_exit_trampoline" if s.is_definition() => {
+                ins.runtime = true;
+                ins.hooks_runtime = true;
+            }
             _ if s.is_definition() && name.contains("10fntrace_rt") => ins.runtime = true,
             _ => {}
         }
@@ -97,7 +101,8 @@ pub fn preload_path() -> Option<PathBuf> {
 /// The advice printed for a program without usable instrumentation.
 pub fn build_advice(prog: &str) -> String {
     format!(
-        "{prog} has no instrumentation fntrace can record. Rebuild it with one of:\n\
+        "{prog} has no instrumentation fntrace can record (shared libraries it loads \
+         may have some). Rebuild it with one of:\n\
          \x20 C/C++:  gcc -pg | gcc -pg -mfentry | gcc -finstrument-functions\n\
          \x20         clang -fxray-instrument -fxray-instruction-threshold=1\n\
          \x20 Rust:   cargo fntrace build --instrument=mcount   (rustc -Zinstrument-mcount)\n\

@@ -158,3 +158,51 @@ fn static_runtime_and_gprof_linking() {
         "{text}"
     );
 }
+
+#[test]
+fn cargo_fntrace_xray_never_patches_functions_marked_off() {
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
+    let d = tempfile::tempdir().unwrap();
+    let facade = concat!(env!("CARGO_MANIFEST_DIR"), "/../fntrace");
+    let proj = project(d.path(), &format!("fntrace = {{ path = \"{facade}\" }}"));
+    std::fs::write(
+        proj.join("src/main.rs"),
+        r#"use std::hint::black_box;
+#[inline(never)]
+fn traced(n: u64) -> u64 {
+    if n < 2 { n } else { traced(black_box(n - 1)) + traced(black_box(n - 2)) }
+}
+#[fntrace::instrument_fn(off)]
+#[inline(never)]
+fn hidden(n: u64) -> u64 {
+    black_box(n) + 1
+}
+fn main() {
+    let n: u64 = std::env::args().nth(1).unwrap().parse().unwrap();
+    let h: u64 = (0..10).map(|i| hidden(black_box(i))).sum();
+    println!("{}", traced(n) + h);
+}
+"#,
+    )
+    .unwrap();
+    let out = Command::new(&bin)
+        .args(["fntrace", "run", "--instrument=xray", "--", "10"])
+        .current_dir(&proj)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "110\n");
+    let t = fntrace_format::Trace::open(proj.join("target/fntrace/xray/fntrace.data")).unwrap();
+    let rows = fntrace_cli::commands::report_rows(&t, false, fntrace_cli::commands::SortKey::Name);
+    let calls = |f: &str| rows.iter().find(|r| r.function == f).map(|r| r.calls);
+    assert_eq!(calls("demo::traced"), Some(177), "{rows:?}");
+    assert_eq!(calls("demo::main"), Some(1), "{rows:?}");
+    assert_eq!(
+        calls("demo::hidden"),
+        None,
+        "an off function was patched: {rows:?}"
+    );
+}

@@ -270,3 +270,38 @@ fn patching_10000_times_while_four_threads_run() {
     }
     assert_eq!(busy, 4, "every worker recorded while patched");
 }
+
+#[test]
+fn xray_shared_object_loaded_unloaded_and_reloaded() {
+    let d = tempfile::tempdir().unwrap();
+    let lib = d.path().join("libplugin.so");
+    run(
+        "clang-14",
+        &[
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-fnoxray-link-deps",
+            "-o",
+            lib.to_str().unwrap(),
+            &format!("{SRC}/plugin.c"),
+        ],
+    );
+    let bin = d.path().join("dl_main");
+    run(
+        "clang-14",
+        &[
+            "-O2",
+            "-o",
+            bin.to_str().unwrap(),
+            &format!("{SRC}/dl_main.c"),
+            "-ldl",
+        ],
+    );
+    let (out, data) = record(d.path(), &bin, &[lib.to_str().unwrap()]);
+    assert_eq!(out, "290\n");
+    assert_eq!(calls_of(&data, "plugin_helper"), 20);
+    assert_eq!(calls_of(&data, "plugin_work"), 20);
+}

@@ -195,6 +195,8 @@ fn expand(args: TokenStream2, input: TokenStream2) -> TokenStream2 {
                 if mode == Mode::On {
                     errs.push(const_fn_error(c));
                 }
+            } else if mode == Mode::Off {
+                register_off(f);
             } else if mode == Mode::On {
                 let name = f.sig.ident.to_string();
                 let naming = if f.sig.receiver().is_some() {
@@ -225,6 +227,32 @@ fn expand(args: TokenStream2, input: TokenStream2) -> TokenStream2 {
         out.extend(e.to_compile_error());
     }
     out
+}
+
+/// Registers a function marked `off` in the `fntrace_off` table (a
+/// `#[used]` static in section `fntrace_off` holding its address), which
+/// the XRay and patchable-entry runtimes read so they never patch it. Only
+/// free, non-generic, non-async functions can name themselves in a static.
+fn register_off(f: &mut syn::ItemFn) {
+    let generic = f
+        .sig
+        .generics
+        .params
+        .iter()
+        .any(|p| !matches!(p, syn::GenericParam::Lifetime(_)));
+    if generic || f.sig.asyncness.is_some() || f.sig.constness.is_some() {
+        return;
+    }
+    let name = &f.sig.ident;
+    let stmt: syn::Stmt = syn::parse_quote! {
+        {
+            #[used]
+            #[unsafe(link_section = "fntrace_off")]
+            static __FNTRACE_OFF: ::fntrace::__private::OffEntry =
+                ::fntrace::__private::OffEntry(#name as *const ());
+        }
+    };
+    f.block.stmts.insert(0, stmt);
 }
 
 fn item_attrs(i: &mut Item) -> Option<&mut Vec<Attribute>> {
@@ -289,6 +317,7 @@ fn instrument_item(item: &mut Item, mode: Mode, errs: &mut Errors) {
                     let name = f.sig.ident.to_string();
                     instrument_block(&mut f.block, &f.sig, Naming::Path(name));
                 }
+                (Mode::Off, None) => register_off(f),
                 _ => {}
             }
         }

@@ -8,7 +8,7 @@
 //! (`FNTRACE_OUTPUT` and friends) in the runtime's constructor; `dlopen`
 //! is wrapped so modules loaded later are added to the trace's module map.
 
-pub use fntrace_rt::hooks::dl::dlopen;
+pub use fntrace_rt::hooks::dl::{dlclose, dlopen};
 pub use fntrace_rt::hooks::tramp::{
     __cyg_profile_func_enter, __cyg_profile_func_exit, __fentry__, _mcount, mcount,
 };
@@ -21,3 +21,9 @@ pub use fntrace_rt::xray::api::{
     __xray_patch_function, __xray_remove_handler, __xray_remove_handler_arg1, __xray_set_handler,
     __xray_set_handler_arg1, __xray_unpatch, __xray_unpatch_function,
 };
+
+/// Marks the process as having the preload runtime: a runtime linked into
+/// the program without `compiler-hooks` leaves recording to it.
+#[unsafe(no_mangle)]
+#[used]
+pub static fntrace_preload_marker: u8 = 1;

@@ -1472,12 +1472,27 @@ pub(crate) fn init_from_env() {
     state().busy = false;
 }
 
+/// Whether the `LD_PRELOAD` runtime is in the process besides this one
+/// (then it records; this copy, linked into the program without
+/// `compiler-hooks`, stays idle instead of writing a second trace).
+fn preload_runtime_present() -> bool {
+    if cfg!(feature = "compiler-hooks") {
+        return false;
+    }
+    // SAFETY: dlsym with a NUL-terminated name.
+    !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"fntrace_preload_marker".as_ptr()) }.is_null()
+}
+
 fn init_from_env_once() {
     ENV_INIT.call_once(|| {
         let Some(path) = std::env::var_os(ENV_OUTPUT).filter(|p| !p.is_empty()) else {
             let _ = SESSION.compare_exchange(UNINIT, 0, Ordering::AcqRel, Ordering::Acquire);
             return;
         };
+        if preload_runtime_present() {
+            let _ = SESSION.compare_exchange(UNINIT, 0, Ordering::AcqRel, Ordering::Acquire);
+            return;
+        }
         let mut opts = Options::new(PathBuf::from(path));
         if let Some(m) = std::env::var(ENV_MAX_SIZE)
             .ok()

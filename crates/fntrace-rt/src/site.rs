@@ -122,3 +122,13 @@ impl<F: Future> Future for Instrumented<F> {
         inner.poll(cx)
     }
 }
+
+/// An entry of the `fntrace_off` table: the address of a function marked
+/// `#[instrument_fn = "off"]`, which runtimes that patch code (XRay,
+/// patchable entries) never patch.
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct OffEntry(pub *const ());
+
+// SAFETY: the pointer is a function address, only ever read.
+unsafe impl Sync for OffEntry {}

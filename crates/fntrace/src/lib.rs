@@ -84,5 +84,7 @@ pub fn output_path() -> Option<PathBuf> {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use fntrace_rt::site::{Guard, Instrumented, Site, enter, enter_method, instrument_future};
+    pub use fntrace_rt::site::{
+        Guard, Instrumented, OffEntry, Site, enter, enter_method, instrument_future,
+    };
 }

@@ -102,10 +102,11 @@ pub extern "C" fn __xray_init() {
 
 /// Starts recording XRay events with the fntrace recorder: finds the
 /// sleds and patches them all. Returns the number of sleds patched.
+/// Objects loaded later (`dlopen`) are patched when they appear.
 pub fn start_recording() -> usize {
+    super::tramp::RECORD.store(true, Ordering::Release);
     if !patch::scan() {
         return 0;
     }
-    super::tramp::RECORD.store(true, Ordering::Release);
     patch::patch_where(true, &|_| true).unwrap_or(0)
 }

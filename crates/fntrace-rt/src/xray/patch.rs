@@ -241,7 +241,12 @@ fn stubs(o: &mut XObject) -> Result<u64, String> {
 }
 
 /// Patches (`on`) or unpatches the sleds of `o` selected by `pick`.
-fn patch_object(o: &mut XObject, on: bool, pick: &dyn Fn(&Sled) -> bool) -> Result<usize, String> {
+fn patch_object(
+    obj: usize,
+    o: &mut XObject,
+    on: bool,
+    pick: &dyn Fn(&Sled) -> bool,
+) -> Result<usize, String> {
     if !o.alive {
         return Ok(0);
     }
@@ -286,7 +291,7 @@ fn patch_object(o: &mut XObject, on: bool, pick: &dyn Fn(&Sled) -> bool) -> Resu
         for &i in &todo[k..end] {
             let s = o.sleds[i];
             if on {
-                write_patched(&s, stub);
+                write_patched(&s, (obj as u32) << 24 | s.id, stub);
             } else {
                 store_head(s.addr, o.orig[i]);
             }
@@ -306,7 +311,7 @@ fn patch_object(o: &mut XObject, on: bool, pick: &dyn Fn(&Sled) -> bool) -> Resu
 }
 
 /// Writes the call (or jump) of a patched sled, head last.
-fn write_patched(s: &Sled, stub: u64) {
+fn write_patched(s: &Sled, id: u32, stub: u64) {
     let (target, op) = match s.kind {
         kind::ENTRY => (stub, 0xe8u8),
         kind::EXIT => (stub + 16, 0xe9),
@@ -317,7 +322,7 @@ fn write_patched(s: &Sled, stub: u64) {
     let mut b = [0u8; 11];
     b[0] = 0x41;
     b[1] = 0xba;
-    b[2..6].copy_from_slice(&s.id.to_le_bytes());
+    b[2..6].copy_from_slice(&id.to_le_bytes());
     b[6] = op;
     b[7..11].copy_from_slice(&rel.to_le_bytes());
     // SAFETY: the page is writable (caller); bytes 2..11 are not executed
@@ -371,8 +376,8 @@ pub fn patch_where(on: bool, pick: &dyn Fn(&Sled) -> bool) -> Result<usize, i32>
         return Err(status::NOT_INITIALIZED);
     }
     let mut n = 0;
-    for o in objs.iter_mut() {
-        match patch_object(o, on, pick) {
+    for (i, o) in objs.iter_mut().enumerate() {
+        match patch_object(i, o, on, pick) {
             Ok(k) => n += k,
             Err(e) => {
                 eprintln!("fntrace: {e}");
@@ -397,7 +402,7 @@ pub fn patch_function(id: i32, on: bool) -> i32 {
     let Some(o) = objs.get_mut(obj) else {
         return status::FAILED;
     };
-    match patch_object(o, on, &|s| s.func == func) {
+    match patch_object(obj, o, on, &|s| s.func == func) {
         Ok(_) => status::SUCCESS,
         Err(e) => {
             eprintln!("fntrace: {e}");
