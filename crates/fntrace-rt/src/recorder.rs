@@ -39,7 +39,7 @@ use fntrace_format::layout::{
 use crate::clock;
 use crate::filter;
 use crate::hooks::count;
-use crate::hooks::shadow::{F_HIJACKED, F_NOTRACE, F_RECORDED, F_TRACE, Frame, Shadow};
+use crate::hooks::shadow::{self, F_HIJACKED, F_NOTRACE, F_RECORDED, F_TRACE, Frame, Shadow};
 use crate::procinfo;
 use crate::site::Site;
 
@@ -582,6 +582,27 @@ fn lost_return_address(slot: u64) -> ! {
 pub fn explicit_entry(func: u64, call_site: u64) {
     let t = state();
     let feat = filter::features();
+    // Fast path: no filters, depth limit or counting; attached, not busy,
+    // room on the shadow stack.
+    if feat == 0
+        && !t.busy
+        && t.session == SESSION.load(Ordering::Relaxed)
+        && t.shadow.len < shadow::CAPACITY
+        && t.shadow.is_reserved()
+    {
+        t.busy = true;
+        compiler_fence(Ordering::SeqCst);
+        record_entry_inner(t, func);
+        t.shadow.push(Frame::new(0, 0, func, F_RECORDED));
+        compiler_fence(Ordering::SeqCst);
+        t.busy = false;
+        return;
+    }
+    explicit_entry_slow(t, func, call_site, feat)
+}
+
+#[inline(never)]
+fn explicit_entry_slow(t: &mut ThreadState, func: u64, call_site: u64, feat: u32) {
     if feat & filter::FEAT_COUNT != 0 {
         if !t.busy {
             t.busy = true;
@@ -624,6 +645,28 @@ pub fn explicit_entry(func: u64, call_site: u64) {
 #[inline(always)]
 pub fn explicit_exit(func: u64) {
     let t = state();
+    // Fast path: the newest frame is this function's, recorded, nothing
+    // else to undo.
+    let n = t.shadow.len;
+    if n > 0 && !t.busy && t.shadow.overflow == 0 && filter::features() == 0 {
+        let f = t.shadow.frames()[n - 1];
+        if f.func == func && f.slot == 0 && f.flags == F_RECORDED {
+            t.shadow.len = n - 1;
+            if t.session == SESSION.load(Ordering::Relaxed) {
+                t.busy = true;
+                compiler_fence(Ordering::SeqCst);
+                exit_inner(t);
+                compiler_fence(Ordering::SeqCst);
+                t.busy = false;
+            }
+            return;
+        }
+    }
+    explicit_exit_slow(t, func)
+}
+
+#[inline(never)]
+fn explicit_exit_slow(t: &mut ThreadState, func: u64) {
     if filter::features() & filter::FEAT_COUNT != 0 {
         return;
     }

@@ -112,6 +112,12 @@ impl Shadow {
         true
     }
 
+    /// Whether the stack was reserved (then `len < CAPACITY` means room).
+    #[inline(always)]
+    pub(crate) fn is_reserved(&self) -> bool {
+        !self.base.is_null()
+    }
+
     /// Pushes a frame; the caller checked [`Shadow::has_room`].
     #[inline(always)]
     pub(crate) fn push(&mut self, f: Frame) {
