@@ -46,6 +46,10 @@ enum Cmd {
         /// Record calls at most this deep.
         #[arg(short = 'D', long)]
         depth: Option<u32>,
+        /// XRay: patch only these functions (regular expression on the
+        /// demangled name; repeatable). Default: all.
+        #[arg(short = 'P', long = "patch", value_name = "REGEX")]
+        patch: Vec<String>,
         /// Count call-graph arcs (caller site, callee) instead of recording
         /// timed events, like gprof (mcount, fentry and cyg_profile).
         #[arg(long)]
@@ -166,6 +170,7 @@ fn run() -> Result<ExitCode> {
             filter,
             notrace,
             depth,
+            patch,
             count,
             command,
         } => {
@@ -174,6 +179,7 @@ fn run() -> Result<ExitCode> {
                 filter,
                 notrace,
                 depth,
+                patch,
                 count,
             };
             return record(&output, &o, &command);
@@ -333,13 +339,14 @@ struct RecordOptions {
     filter: Vec<String>,
     notrace: Vec<String>,
     depth: Option<u32>,
+    patch: Vec<String>,
 }
 
 /// Runs `command` with recording enabled through the environment (and the
 /// preload runtime injected when the program uses compiler hooks), and
 /// passes its exit status through.
 fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCode> {
-    for r in o.filter.iter().chain(&o.notrace) {
+    for r in o.filter.iter().chain(&o.notrace).chain(&o.patch) {
         regex::Regex::new(r).with_context(|| format!("bad function pattern {r:?}"))?;
     }
     let prog =
@@ -384,6 +391,9 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
     }
     if !o.notrace.is_empty() {
         cmd.env("FNTRACE_NOTRACE", o.notrace.join("\n"));
+    }
+    if !o.patch.is_empty() {
+        cmd.env("FNTRACE_PATCH", o.patch.join("\n"));
     }
     if let Some(p) = &preload {
         let mut v = std::ffi::OsString::from(p);

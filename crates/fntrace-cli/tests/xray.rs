@@ -305,3 +305,47 @@ fn xray_shared_object_loaded_unloaded_and_reloaded() {
     assert_eq!(calls_of(&data, "plugin_helper"), 20);
     assert_eq!(calls_of(&data, "plugin_work"), 20);
 }
+
+#[test]
+fn xray_patch_selection_and_record_filters() {
+    let d = tempfile::tempdir().unwrap();
+    let c = d.path().join("fib-xray");
+    run(
+        "clang-14",
+        &[
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+            c.to_str().unwrap(),
+            FIB_C,
+        ],
+    );
+    let rec = |extra: &[&str]| {
+        let data = d.path().join("t.data");
+        let out = Command::new(fntrace_bin())
+            .args(["record", "-o"])
+            .arg(&data)
+            .args(extra)
+            .arg("--")
+            .arg(&c)
+            .arg("10")
+            .env("FNTRACE_PRELOAD", preload())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "55\n");
+        (calls_of(&data, "fib"), calls_of(&data, "main"))
+    };
+    assert_eq!(rec(&[]), (177, 1));
+    assert_eq!(rec(&["-P", "^main$"]), (0, 1), "-P patches only main");
+    assert_eq!(rec(&["-P", "^fib$"]), (177, 0), "-P patches only fib");
+    assert_eq!(rec(&["-F", "^fib$"]), (177, 0), "-F records only fib");
+    assert_eq!(rec(&["-N", "^fib$"]), (0, 1), "-N records all but fib");
+    assert_eq!(rec(&["--depth", "2"]), (1, 1), "--depth");
+}

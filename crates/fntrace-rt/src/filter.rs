@@ -128,7 +128,7 @@ fn classify_slow(func: u64, i: usize) -> u8 {
 }
 
 /// Demangles a Rust or C++ symbol for matching.
-fn demangle(name: &str) -> String {
+pub(crate) fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         return format!("{d:#}");
     }

@@ -102,11 +102,49 @@ pub extern "C" fn __xray_init() {
 
 /// Starts recording XRay events with the fntrace recorder: finds the
 /// sleds and patches them all. Returns the number of sleds patched.
-/// Objects loaded later (`dlopen`) are patched when they appear.
+/// Objects loaded later (`dlopen`) are patched when they appear. With
+/// `FNTRACE_PATCH` (regular expressions on demangled names, one per line,
+/// what `fntrace record -P` sets) only matching functions are patched.
 pub fn start_recording() -> usize {
     super::tramp::RECORD.store(true, Ordering::Release);
     if !patch::scan() {
         return 0;
     }
-    patch::patch_where(true, &|_| true).unwrap_or(0)
+    match patch_patterns() {
+        Some(sel) => patch::patch_where(true, &|s| sel.contains(&s.func)).unwrap_or(0),
+        None => patch::patch_where(true, &|_| true).unwrap_or(0),
+    }
+}
+
+/// Environment variable selecting the XRay functions to patch.
+pub const ENV_PATCH: &str = "FNTRACE_PATCH";
+
+/// Start addresses of the sled functions whose names match
+/// `FNTRACE_PATCH`, or `None` when it is not set.
+fn patch_patterns() -> Option<std::collections::HashSet<u64>> {
+    let v = std::env::var(ENV_PATCH)
+        .ok()
+        .filter(|v| !v.trim().is_empty())?;
+    let res: Vec<regex_lite::Regex> = v
+        .lines()
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| match regex_lite::Regex::new(l) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("fntrace: bad function pattern {l:?}: {e}");
+                None
+            }
+        })
+        .collect();
+    let objs = patch::OBJECTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut sel = std::collections::HashSet::new();
+    for o in objs.iter().filter(|o| o.alive && !o.sleds.is_empty()) {
+        let names = patch::function_names(o);
+        for (addr, name) in names {
+            if res.iter().any(|r| r.is_match(&name)) {
+                sel.insert(addr);
+            }
+        }
+    }
+    Some(sel)
 }

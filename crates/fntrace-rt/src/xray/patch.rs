@@ -35,6 +35,8 @@ pub struct XObject {
     pub path: PathBuf,
     /// Lowest mapped address.
     pub start: u64,
+    /// Load bias.
+    pub bias: u64,
     /// Mapped size.
     pub size: u64,
     /// Its sleds, in section order.
@@ -133,6 +135,7 @@ pub fn scan() -> bool {
         objs.push(XObject {
             path,
             start,
+            bias,
             size,
             sleds: sl,
             orig,
@@ -163,6 +166,30 @@ fn read_off_table(path: &std::path::Path, bias: u64) -> Vec<u64> {
         // SAFETY: the section is allocated (it holds statics) and mapped.
         .map(|i| unsafe { ((addr + 8 * i) as *const u64).read_unaligned() })
         .collect()
+}
+
+/// Demangled names of the sled functions of `o` (runtime start address,
+/// name), from the object's symbol tables.
+pub fn function_names(o: &XObject) -> Vec<(u64, String)> {
+    use object::{Object, ObjectSymbol};
+    let Ok(data) = std::fs::read(&o.path) else {
+        return vec![];
+    };
+    let Ok(obj) = object::File::parse(&*data) else {
+        return vec![];
+    };
+    let mut out = vec![];
+    for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+        if sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
+            continue;
+        }
+        let Ok(n) = sym.name() else { continue };
+        let a = sym.address().wrapping_add(o.bias);
+        if o.funcs.contains(&a) {
+            out.push((a, crate::filter::demangle(n)));
+        }
+    }
+    out
 }
 
 /// Maps the stub page of `o` near it, once.
