@@ -510,3 +510,361 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Output format of `fntrace graph`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GraphFormat {
+    /// Backtraces and an indented callee tree.
+    Text,
+    /// Graphviz `dot`: caller → callee edges labelled with call counts.
+    Dot,
+}
+
+struct GraphNode {
+    func: u64,
+    calls: u64,
+    total: u64,
+    children: HashMap<u64, usize>,
+}
+
+/// The callers and callees of the functions `pattern` selects, aggregated
+/// over every outermost call of them on every thread.
+pub struct CallGraph {
+    nodes: Vec<GraphNode>,
+    /// Caller paths above the matched calls (outermost first) → (hits, ticks).
+    backtraces: HashMap<Vec<u64>, (u64, u64)>,
+}
+
+impl CallGraph {
+    /// Builds the graph.
+    pub fn build(trace: &Trace, pattern: &NamePattern) -> CallGraph {
+        let mut sym = Symbolizer::new(trace.metadata());
+        let mut matches: HashMap<u64, bool> = HashMap::new();
+        let mut g = CallGraph {
+            nodes: vec![],
+            backtraces: HashMap::new(),
+        };
+        // Root nodes per matched function.
+        let mut roots: HashMap<u64, usize> = HashMap::new();
+        for tid in trace.thread_ids() {
+            // (func, start, node inside a matched subtree, is the match root)
+            let mut stack: Vec<(u64, u64, Option<usize>, bool)> = vec![];
+            for ev in Events::new(trace, tid) {
+                match ev {
+                    Event::Enter { func, tsc, .. } => {
+                        let parent = stack.last().and_then(|f| f.2);
+                        let (node, root) = match parent {
+                            Some(p) => {
+                                let n = match g.nodes[p].children.get(&func) {
+                                    Some(&n) => n,
+                                    None => {
+                                        g.nodes.push(GraphNode {
+                                            func,
+                                            calls: 0,
+                                            total: 0,
+                                            children: HashMap::new(),
+                                        });
+                                        let n = g.nodes.len() - 1;
+                                        g.nodes[p].children.insert(func, n);
+                                        n
+                                    }
+                                };
+                                (Some(n), false)
+                            }
+                            None => {
+                                let m = *matches
+                                    .entry(func)
+                                    .or_insert_with(|| pattern.matches(sym.name(func)));
+                                if m {
+                                    let n = *roots.entry(func).or_insert_with(|| {
+                                        g.nodes.push(GraphNode {
+                                            func,
+                                            calls: 0,
+                                            total: 0,
+                                            children: HashMap::new(),
+                                        });
+                                        g.nodes.len() - 1
+                                    });
+                                    (Some(n), true)
+                                } else {
+                                    (None, false)
+                                }
+                            }
+                        };
+                        stack.push((func, tsc, node, root));
+                    }
+                    Event::Exit { tsc, .. } => {
+                        let Some((_, start, node, root)) = stack.pop() else {
+                            continue;
+                        };
+                        let dur = tsc.saturating_sub(start);
+                        if let Some(n) = node {
+                            g.nodes[n].calls += 1;
+                            g.nodes[n].total += dur;
+                        }
+                        if root {
+                            let mut path: Vec<u64> = stack.iter().map(|f| f.0).collect();
+                            path.push(g.nodes[node.unwrap()].func);
+                            let e = g.backtraces.entry(path).or_default();
+                            e.0 += 1;
+                            e.1 += dur;
+                        }
+                    }
+                }
+            }
+        }
+        g
+    }
+
+    /// Whether anything matched.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    fn roots(&self) -> Vec<usize> {
+        let mut children = vec![false; self.nodes.len()];
+        for n in &self.nodes {
+            for &c in n.children.values() {
+                children[c] = true;
+            }
+        }
+        let mut r: Vec<usize> = (0..self.nodes.len()).filter(|&i| !children[i]).collect();
+        r.sort_by_key(|&i| std::cmp::Reverse(self.nodes[i].total));
+        r
+    }
+}
+
+/// Writes `fntrace graph`.
+pub fn write_graph(
+    out: &mut dyn Write,
+    trace: &Trace,
+    g: &CallGraph,
+    format: GraphFormat,
+    depth: Option<usize>,
+) -> io::Result<()> {
+    let clock = Clock::of(trace);
+    let mut sym = Symbolizer::new(trace.metadata());
+    match format {
+        GraphFormat::Text => {
+            let mut bts: Vec<_> = g.backtraces.iter().collect();
+            bts.sort_by(|a, b| b.1.1.cmp(&a.1.1).then_with(|| a.0.cmp(b.0)));
+            writeln!(out, "========== BACKTRACE ==========")?;
+            for (i, (path, (hits, t))) in bts.iter().enumerate().take(20) {
+                writeln!(
+                    out,
+                    " backtrace #{i}: hit {hits}, time {}",
+                    fmt_ns(clock.ns(*t))
+                )?;
+                for (k, f) in path.iter().enumerate() {
+                    writeln!(out, "   [{k}] {}", sym.name(*f))?;
+                }
+            }
+            if bts.len() > 20 {
+                writeln!(out, " ... {} more backtraces", bts.len() - 20)?;
+            }
+            writeln!(out, "\n========== CALL GRAPH ==========")?;
+            writeln!(out, "# {:>12}  {:>10}  FUNCTION", "TOTAL TIME", "CALLS")?;
+            fn walk(
+                out: &mut dyn Write,
+                g: &CallGraph,
+                sym: &mut Symbolizer,
+                clock: &Clock,
+                n: usize,
+                level: usize,
+                depth: Option<usize>,
+            ) -> io::Result<()> {
+                let node = &g.nodes[n];
+                let prefix = if level == 0 {
+                    String::new()
+                } else {
+                    format!("{}+-", "  ".repeat(level - 1))
+                };
+                writeln!(
+                    out,
+                    "  {:>12}  {:>10}  {prefix}{}",
+                    fmt_ns(clock.ns(node.total)),
+                    node.calls,
+                    sym.name(node.func)
+                )?;
+                if depth.is_some_and(|d| level + 1 >= d) {
+                    return Ok(());
+                }
+                let mut kids: Vec<usize> = node.children.values().copied().collect();
+                kids.sort_by_key(|&c| std::cmp::Reverse(g.nodes[c].total));
+                for c in kids {
+                    walk(out, g, sym, clock, c, level + 1, depth)?;
+                }
+                Ok(())
+            }
+            for r in g.roots() {
+                walk(out, g, &mut sym, &clock, r, 0, depth)?;
+            }
+        }
+        GraphFormat::Dot => {
+            let mut edges: HashMap<(u64, u64), u64> = HashMap::new();
+            for n in &g.nodes {
+                for &c in n.children.values() {
+                    *edges.entry((n.func, g.nodes[c].func)).or_default() += g.nodes[c].calls;
+                }
+            }
+            for (path, (hits, _)) in &g.backtraces {
+                for w in path.windows(2) {
+                    *edges.entry((w[0], w[1])).or_default() += hits;
+                }
+            }
+            let mut edges: Vec<_> = edges.into_iter().collect();
+            edges.sort();
+            writeln!(out, "digraph calls {{")?;
+            writeln!(out, "  node [shape=box];")?;
+            for ((a, b), n) in edges {
+                let (a, b) = (sym.name(a).to_string(), sym.name(b).to_string());
+                writeln!(out, "  {:?} -> {:?} [label=\"{n}\"];", a, b)?;
+            }
+            writeln!(out, "}}")?;
+        }
+    }
+    Ok(())
+}
+
+/// One row of `fntrace report --diff`: a function in the base trace (a)
+/// and the other trace (b).
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffRow {
+    /// Demangled function name.
+    pub function: String,
+    /// Calls in the base trace.
+    pub calls_a: u64,
+    /// Calls in the other trace.
+    pub calls_b: u64,
+    /// Inclusive time in the base trace.
+    pub total_ns_a: u64,
+    /// Inclusive time in the other trace.
+    pub total_ns_b: u64,
+    /// Self time in the base trace.
+    pub self_ns_a: u64,
+    /// Self time in the other trace.
+    pub self_ns_b: u64,
+    /// `total_ns_b - total_ns_a`.
+    pub delta_total_ns: i64,
+}
+
+/// Compares two traces function by function, largest change of total
+/// time first (then of calls).
+pub fn diff_rows(a: &Trace, b: &Trace) -> Vec<DiffRow> {
+    let ra = report_rows(a, false, SortKey::Name);
+    let rb = report_rows(b, false, SortKey::Name);
+    let mut map: std::collections::BTreeMap<String, DiffRow> = Default::default();
+    let blank = |f: &str| DiffRow {
+        function: f.to_string(),
+        calls_a: 0,
+        calls_b: 0,
+        total_ns_a: 0,
+        total_ns_b: 0,
+        self_ns_a: 0,
+        self_ns_b: 0,
+        delta_total_ns: 0,
+    };
+    for r in ra {
+        let d = map
+            .entry(r.function.clone())
+            .or_insert_with(|| blank(&r.function));
+        d.calls_a += r.calls;
+        d.total_ns_a += r.total_ns;
+        d.self_ns_a += r.self_ns;
+    }
+    for r in rb {
+        let d = map
+            .entry(r.function.clone())
+            .or_insert_with(|| blank(&r.function));
+        d.calls_b += r.calls;
+        d.total_ns_b += r.total_ns;
+        d.self_ns_b += r.self_ns;
+    }
+    let mut rows: Vec<DiffRow> = map
+        .into_values()
+        .map(|mut d| {
+            d.delta_total_ns = d.total_ns_b as i64 - d.total_ns_a as i64;
+            d
+        })
+        .collect();
+    rows.sort_by(|x, y| {
+        y.delta_total_ns
+            .unsigned_abs()
+            .cmp(&x.delta_total_ns.unsigned_abs())
+            .then_with(|| {
+                (y.calls_b as i64 - y.calls_a as i64)
+                    .unsigned_abs()
+                    .cmp(&(x.calls_b as i64 - x.calls_a as i64).unsigned_abs())
+            })
+            .then_with(|| x.function.cmp(&y.function))
+    });
+    rows
+}
+
+/// Writes a diff report.
+pub fn write_diff(out: &mut dyn Write, rows: &[DiffRow], format: Format) -> io::Result<()> {
+    match format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, rows)?;
+            writeln!(out)
+        }
+        Format::Csv => {
+            writeln!(
+                out,
+                "function,calls_a,calls_b,total_ns_a,total_ns_b,self_ns_a,self_ns_b,delta_total_ns"
+            )?;
+            for r in rows {
+                let f = if r.function.contains([',', '"']) {
+                    format!("\"{}\"", r.function.replace('"', "\"\""))
+                } else {
+                    r.function.clone()
+                };
+                writeln!(
+                    out,
+                    "{f},{},{},{},{},{},{},{}",
+                    r.calls_a,
+                    r.calls_b,
+                    r.total_ns_a,
+                    r.total_ns_b,
+                    r.self_ns_a,
+                    r.self_ns_b,
+                    r.delta_total_ns
+                )?;
+            }
+            Ok(())
+        }
+        Format::Table => {
+            writeln!(
+                out,
+                "  {:>12}  {:>12}  {:>9}  {:>10}  {:>10}  Function",
+                "Total (a)", "Total (b)", "Change", "Calls (a)", "Calls (b)"
+            )?;
+            writeln!(out, "  {}", "=".repeat(78))?;
+            for r in rows {
+                let pct = if r.total_ns_a == 0 {
+                    if r.total_ns_b == 0 {
+                        "0%".to_string()
+                    } else {
+                        "new".to_string()
+                    }
+                } else {
+                    format!(
+                        "{:+.1}%",
+                        r.delta_total_ns as f64 * 100.0 / r.total_ns_a as f64
+                    )
+                };
+                writeln!(
+                    out,
+                    "  {:>12}  {:>12}  {:>9}  {:>10}  {:>10}  {}",
+                    fmt_ns(r.total_ns_a),
+                    fmt_ns(r.total_ns_b),
+                    pct,
+                    r.calls_a,
+                    r.calls_b,
+                    r.function
+                )?;
+            }
+            Ok(())
+        }
+    }
+}

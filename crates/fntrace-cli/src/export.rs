@@ -232,3 +232,151 @@ pub fn write_xray(out: &mut dyn Write, trace: &Trace) -> io::Result<XraySummary>
     }
     Ok(sum)
 }
+
+/// Thread names of a trace (as recorded at exit, else at start).
+fn thread_names(trace: &Trace) -> HashMap<u32, String> {
+    let mut names = HashMap::new();
+    for tid in trace.thread_ids() {
+        for r in trace.stream(tid) {
+            match r {
+                fntrace_format::Record::ThreadStart { name, .. } => {
+                    names.entry(tid).or_insert(name);
+                }
+                fntrace_format::Record::ThreadExit { name, .. } => {
+                    names.insert(tid, name);
+                }
+                _ => {}
+            }
+        }
+    }
+    names
+}
+
+/// Writes Chrome's Trace Event JSON (`{"traceEvents": [...]}`), which
+/// Perfetto UI and chrome://tracing open: one `B` and one `E` event per
+/// call on its thread (calls whose exit was lost end where their thread's
+/// recording ends), timestamps in microseconds since the start of the
+/// recording, and process and thread names as metadata events. Written as
+/// it is read: memory stays bounded.
+pub fn write_chrome(out: &mut dyn Write, trace: &Trace) -> io::Result<u64> {
+    use crate::analysis::{Event, Events};
+    let clock = Clock::of(trace);
+    let meta = trace.metadata();
+    let mut sym = crate::symbols::Symbolizer::new(meta);
+    let pid = meta
+        .process
+        .as_ref()
+        .map(|p| p.pid)
+        .unwrap_or(u64::from(trace.header().pid));
+    let pname = meta
+        .process
+        .as_ref()
+        .map(|p| p.exe.rsplit('/').next().unwrap_or(&p.exe).to_string())
+        .unwrap_or_default();
+    let names = thread_names(trace);
+    out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
+    let mut first = true;
+    let mut sep = |out: &mut dyn Write| -> io::Result<()> {
+        if !first {
+            out.write_all(b",\n")?;
+        }
+        first = false;
+        Ok(())
+    };
+    sep(out)?;
+    serde_json::to_writer(
+        &mut *out,
+        &serde_json::json!({"ph":"M","name":"process_name","pid":pid,"tid":0,"args":{"name":pname}}),
+    )?;
+    let mut n = 0u64;
+    for tid in trace.thread_ids() {
+        sep(out)?;
+        let tname = names.get(&tid).cloned().unwrap_or_default();
+        serde_json::to_writer(
+            &mut *out,
+            &serde_json::json!({"ph":"M","name":"thread_name","pid":pid,"tid":tid,"args":{"name":tname}}),
+        )?;
+        let mut stack: Vec<u64> = vec![];
+        for ev in Events::new(trace, tid) {
+            let (ph, func, tsc) = match ev {
+                Event::Enter { func, tsc, .. } => {
+                    stack.push(func);
+                    ("B", func, tsc)
+                }
+                Event::Exit { tsc, .. } => ("E", stack.pop().unwrap_or(0), tsc),
+            };
+            let ts = clock.since_start(tsc) as f64 / 1000.0;
+            sep(out)?;
+            let name = sym.name(func);
+            serde_json::to_writer(
+                &mut *out,
+                &serde_json::json!({"ph":ph,"name":name,"pid":pid,"tid":tid,"ts":ts,"cat":"function"}),
+            )?;
+            n += 1;
+        }
+    }
+    out.write_all(b"\n]}\n")?;
+    Ok(n)
+}
+
+/// Collapsed stacks (`main;work;fib 1234` per line, the value the self
+/// time in nanoseconds), the input of flame-graph tools; threads merged.
+pub fn folded_stacks(trace: &Trace) -> Vec<String> {
+    use crate::analysis::{Event, Events};
+    let clock = Clock::of(trace);
+    let mut sym = crate::symbols::Symbolizer::new(trace.metadata());
+    // Open calls: (func, start, children ticks).
+    let mut agg: HashMap<Vec<u64>, u64> = HashMap::new();
+    for tid in trace.thread_ids() {
+        let mut stack: Vec<(u64, u64, u64)> = vec![];
+        for ev in Events::new(trace, tid) {
+            match ev {
+                Event::Enter { func, tsc, .. } => stack.push((func, tsc, 0)),
+                Event::Exit { tsc, .. } => {
+                    let path: Vec<u64> = stack.iter().map(|f| f.0).collect();
+                    let Some((_, start, children)) = stack.pop() else {
+                        continue;
+                    };
+                    let dur = tsc.saturating_sub(start);
+                    if let Some(p) = stack.last_mut() {
+                        p.2 += dur;
+                    }
+                    *agg.entry(path).or_default() += dur.saturating_sub(children);
+                }
+            }
+        }
+    }
+    let mut lines: Vec<String> = agg
+        .into_iter()
+        .filter(|(_, t)| *t > 0)
+        .map(|(path, t)| {
+            let names: Vec<String> = path
+                .iter()
+                .map(|&f| sym.name(f).replace([';', ' '], "_"))
+                .collect();
+            format!("{} {}", names.join(";"), clock.ns(t).max(1))
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Writes the folded stacks, one per line.
+pub fn write_folded(out: &mut dyn Write, trace: &Trace) -> io::Result<usize> {
+    let lines = folded_stacks(trace);
+    for l in &lines {
+        writeln!(out, "{l}")?;
+    }
+    Ok(lines.len())
+}
+
+/// Writes a flame graph (SVG, with `inferno`) of the self time per stack.
+pub fn write_flamegraph(out: &mut dyn Write, trace: &Trace, title: &str) -> io::Result<usize> {
+    let lines = folded_stacks(trace);
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = title.to_string();
+    opts.count_name = "ns".to_string();
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out)
+        .map_err(io::Error::other)?;
+    Ok(lines.len())
+}

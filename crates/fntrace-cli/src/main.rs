@@ -10,7 +10,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use fntrace_cli::analysis::{NamePattern, parse_duration};
 use fntrace_cli::commands::{
-    Format, ReplayOptions, SortKey, report_rows, write_info, write_replay, write_report,
+    CallGraph, Format, GraphFormat, ReplayOptions, SortKey, diff_rows, report_rows, write_diff,
+    write_graph, write_info, write_replay, write_report,
 };
 use fntrace_cli::{export, probe};
 use fntrace_format::Trace;
@@ -72,6 +73,10 @@ enum Cmd {
         /// One row per function and thread.
         #[arg(long)]
         threads: bool,
+        /// Compare with another trace: changes of total time and calls per
+        /// function, largest first (PATH is the base, a; OTHER is b).
+        #[arg(long, value_name = "OTHER")]
+        diff: Option<PathBuf>,
     },
     /// The call tree with durations and thread ids.
     Replay {
@@ -94,6 +99,20 @@ enum Cmd {
         /// Show source locations.
         #[arg(long)]
         srcline: bool,
+    },
+    /// Callers (backtraces) and callees of functions, with totals and calls.
+    Graph {
+        /// The function(s): a name, a last path component or a regex.
+        function: String,
+        /// Trace file.
+        #[arg(default_value = "fntrace.data")]
+        path: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: GraphFormat,
+        /// Show this many levels of callees.
+        #[arg(short = 'D', long)]
+        depth: Option<usize>,
     },
     /// Write the trace in another tool's format.
     Export {
@@ -189,10 +208,17 @@ fn run() -> Result<ExitCode> {
             sort,
             format,
             threads,
+            diff,
         } => {
             let t = open(&path)?;
             warn_damage(&t);
-            write_report(&mut out, &report_rows(&t, threads, sort), format)?;
+            if let Some(other) = diff {
+                let o = open(&other)?;
+                warn_damage(&o);
+                write_diff(&mut out, &diff_rows(&t, &o), format)?;
+            } else {
+                write_report(&mut out, &report_rows(&t, threads, sort), format)?;
+            }
         }
         Cmd::Replay {
             path,
@@ -225,6 +251,22 @@ fn run() -> Result<ExitCode> {
             write_replay(&mut out, &t, &o)?;
         }
         Cmd::Info { path } => write_info(&mut out, &open(&path)?)?,
+        Cmd::Graph {
+            function,
+            path,
+            format,
+            depth,
+        } => {
+            let t = open(&path)?;
+            warn_damage(&t);
+            let p = NamePattern::new(&function)
+                .with_context(|| format!("bad function pattern {function:?}"))?;
+            let g = CallGraph::build(&t, &p);
+            if g.is_empty() {
+                bail!("{}: no calls of {function:?}", path.display());
+            }
+            write_graph(&mut out, &t, &g, format, depth)?;
+        }
         Cmd::Export {
             path,
             format,
@@ -232,7 +274,9 @@ fn run() -> Result<ExitCode> {
         } => {
             let t = open(&path)?;
             warn_damage(&t);
-            let mut buf = Vec::new();
+            let file = std::fs::File::create(&output)
+                .with_context(|| format!("{}: cannot create", output.display()))?;
+            let mut buf = io::BufWriter::with_capacity(1 << 20, file);
             match format {
                 ExportFormat::Gmon => {
                     let s = export::write_gmon(&mut buf, &t)
@@ -246,6 +290,27 @@ fn run() -> Result<ExitCode> {
                         } else {
                             "timed calls"
                         },
+                        output.display()
+                    );
+                }
+                ExportFormat::Chrome => {
+                    let n = export::write_chrome(&mut buf, &t)?;
+                    eprintln!("fntrace: wrote {n} events to {}", output.display());
+                }
+                ExportFormat::Folded => {
+                    let n = export::write_folded(&mut buf, &t)?;
+                    eprintln!("fntrace: wrote {n} stacks to {}", output.display());
+                }
+                ExportFormat::Flamegraph => {
+                    let title = t
+                        .metadata()
+                        .process
+                        .as_ref()
+                        .map(|p| p.args.join(" "))
+                        .unwrap_or_else(|| path.display().to_string());
+                    let n = export::write_flamegraph(&mut buf, &t, &title)?;
+                    eprintln!(
+                        "fntrace: wrote a flame graph of {n} stacks to {}",
                         output.display()
                     );
                 }
@@ -267,7 +332,7 @@ fn run() -> Result<ExitCode> {
                     );
                 }
             }
-            std::fs::write(&output, buf)
+            buf.flush()
                 .with_context(|| format!("{}: cannot write", output.display()))?;
         }
         Cmd::Demo { n } => {
@@ -329,6 +394,12 @@ enum ExportFormat {
     Gmon,
     /// An llvm-xray basic-mode log, for `llvm-xray account -instr_map=BINARY`.
     Xray,
+    /// Chrome Trace Event JSON, for Perfetto UI and chrome://tracing.
+    Chrome,
+    /// Collapsed stacks (self time in ns), for flame-graph tools.
+    Folded,
+    /// A flame graph (SVG).
+    Flamegraph,
 }
 
 /// Options of `fntrace record` passed to the runtime.

@@ -1,0 +1,189 @@
+//! Exports and views over real recordings: Chrome Trace Event JSON (every
+//! B has its E on the same thread), folded stacks and flame graph, `graph`
+//! (text and dot) and `report --diff`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fntrace() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_fntrace"))
+}
+
+fn preload() -> PathBuf {
+    let dir = fntrace().parent().unwrap().to_path_buf();
+    let mut c = Command::new(env!("CARGO"));
+    c.args(["build", "-q", "-p", "fntrace-preload"]);
+    if dir.ends_with("release") {
+        c.arg("--release");
+    }
+    assert!(c.status().unwrap().success());
+    dir.join("libfntrace_preload.so")
+}
+
+fn gcc(dir: &Path, src: &str, name: &str, flags: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let st = Command::new("gcc")
+        .args(["-O2", "-fno-optimize-sibling-calls"])
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(src)
+        .arg("-lpthread")
+        .status()
+        .expect("gcc is required");
+    assert!(st.success());
+    out
+}
+
+fn fntrace_ok(args: &[&str]) -> String {
+    let out = Command::new(fntrace())
+        .args(args)
+        .env("FNTRACE_PRELOAD", preload())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "fntrace {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+const FIB: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/workloads/fib.c"
+);
+const THREADS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hooks/threads_fork.c");
+
+#[test]
+fn chrome_export_pairs_every_begin_with_its_end() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = gcc(d.path(), THREADS, "threads", &["-finstrument-functions"]);
+    let data = d.path().join("t.data");
+    let json = d.path().join("t.json");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    fntrace_ok(&["record", "-o", &s(&data), "--", &s(&bin), "threads"]);
+    fntrace_ok(&["export", &s(&data), "--format", "chrome", "-o", &s(&json)]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    let mut stacks: HashMap<u64, Vec<String>> = HashMap::new();
+    let (mut b, mut thread_names) = (0, 0);
+    let mut last_ts: HashMap<u64, f64> = HashMap::new();
+    for e in ev {
+        let tid = e["tid"].as_u64().unwrap();
+        match e["ph"].as_str().unwrap() {
+            "B" => {
+                b += 1;
+                stacks
+                    .entry(tid)
+                    .or_default()
+                    .push(e["name"].as_str().unwrap().into());
+            }
+            "E" => {
+                let top = stacks.get_mut(&tid).and_then(|s| s.pop());
+                assert_eq!(top.as_deref(), e["name"].as_str(), "unpaired E on {tid}");
+            }
+            "M" if e["name"] == "thread_name" => thread_names += 1,
+            _ => {}
+        }
+        if let Some(ts) = e["ts"].as_f64() {
+            let l = last_ts.entry(tid).or_insert(0.0);
+            assert!(ts >= *l, "time goes back on thread {tid}");
+            *l = ts;
+        }
+    }
+    assert!(stacks.values().all(|s| s.is_empty()), "B without E");
+    // 8 workers × 1973 fib + worker, plus main.
+    assert_eq!(b, 8 * 1974 + 1);
+    assert_eq!(thread_names, 9);
+}
+
+#[test]
+fn folded_flamegraph_graph_and_diff() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = gcc(d.path(), FIB, "fib", &["-pg"]);
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let (a, b) = (d.path().join("a.data"), d.path().join("b.data"));
+    fntrace_ok(&["record", "-o", &s(&a), "--", &s(&bin), "12"]);
+    fntrace_ok(&["record", "-o", &s(&b), "--", &s(&bin), "14"]);
+    // Folded stacks: every line "frames value", the deepest has 13 frames
+    // (main + fib(12) down to fib(1)); values sum to the total time.
+    let folded = d.path().join("a.folded");
+    fntrace_ok(&["export", &s(&a), "--format", "folded", "-o", &s(&folded)]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let mut sum = 0u64;
+    let mut deepest = 0;
+    for l in text.lines() {
+        let (stack, v) = l.rsplit_once(' ').unwrap();
+        sum += v.parse::<u64>().unwrap();
+        assert!(stack.starts_with("main"), "{l}");
+        deepest = deepest.max(stack.split(';').count());
+    }
+    assert_eq!(deepest, 13);
+    let rows: serde_json::Value =
+        serde_json::from_str(&fntrace_ok(&["report", &s(&a), "--format", "json"])).unwrap();
+    let main_total = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["function"] == "main")
+        .unwrap()["total_ns"]
+        .as_u64()
+        .unwrap();
+    let diff = sum.abs_diff(main_total);
+    assert!(
+        diff * 100 <= main_total + 100,
+        "folded {sum} vs total {main_total}"
+    );
+    // Flame graph.
+    let svg = d.path().join("a.svg");
+    fntrace_ok(&["export", &s(&a), "--format", "flamegraph", "-o", &s(&svg)]);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("<svg") && svg.contains(">fib<"));
+    // graph: backtrace main → fib, callee tree with the call counts.
+    let g = fntrace_ok(&["graph", "fib", &s(&a), "--depth", "3"]);
+    assert!(g.contains("[0] main") && g.contains("[1] fib"), "{g}");
+    let tree: Vec<&str> = g
+        .lines()
+        .skip_while(|l| !l.contains("CALL GRAPH"))
+        .skip(2)
+        .collect();
+    assert_eq!(tree.len(), 3, "{g}");
+    assert!(tree[0].split_whitespace().nth(2) == Some("1"), "{g}");
+    assert!(
+        tree[1].contains("+-fib") && tree[1].split_whitespace().nth(2) == Some("2"),
+        "{g}"
+    );
+    let dot = fntrace_ok(&["graph", "main", &s(&a), "--format", "dot"]);
+    assert!(dot.contains("\"main\" -> \"fib\" [label=\"1\"]"), "{dot}");
+    assert!(dot.contains("\"fib\" -> \"fib\" [label=\"464\"]"), "{dot}");
+    // A function that is not there is an error naming the file.
+    let out = Command::new(fntrace())
+        .args(["graph", "nothing", &s(&a)])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no calls of"));
+    // diff: fib(12) → fib(14), 465 → 1219 calls, total grows.
+    let j: serde_json::Value = serde_json::from_str(&fntrace_ok(&[
+        "report",
+        &s(&a),
+        "--diff",
+        &s(&b),
+        "--format",
+        "json",
+    ]))
+    .unwrap();
+    let fib = j
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["function"] == "fib")
+        .unwrap();
+    assert_eq!(
+        (fib["calls_a"].as_u64(), fib["calls_b"].as_u64()),
+        (Some(465), Some(1219))
+    );
+    assert!(fib["delta_total_ns"].as_i64().unwrap() > 0);
+}
