@@ -188,75 +188,45 @@ impl<'t> Events<'t> {
         Event::Exit { tsc, incomplete }
     }
 
-    fn fill(&mut self) {
-        while self.pending.is_empty() {
-            let Some(item) = self.reader.next_item() else {
-                // Close what is still open at the last timestamp seen.
-                let end = self.sum.last_tsc;
-                while self.depth > 0 {
-                    let e = self.exit(end, true);
+    /// Handles an item that is not a plain entry or exit (gaps, thread
+    /// records), queueing the events it implies.
+    fn other(&mut self, item: StreamItem) {
+        let rec = match item {
+            StreamItem::Record(r) => r,
+            StreamItem::Gap { tsc, depth } => {
+                let depth = depth as usize;
+                while self.depth > depth {
+                    let e = self.exit(tsc, true);
                     self.pending.push_back(e);
                 }
-                self.done = true;
-                return;
-            };
-            let rec = match item {
-                StreamItem::Record(r) => r,
-                StreamItem::Gap { tsc, depth } => {
-                    let depth = depth as usize;
-                    while self.depth > depth {
-                        let e = self.exit(tsc, true);
-                        self.pending.push_back(e);
-                    }
-                    while self.depth < depth {
-                        self.pending.push_back(Event::Enter {
-                            func: 0,
-                            tsc,
-                            depth: self.depth,
-                        });
-                        self.depth += 1;
-                    }
-                    continue;
-                }
-            };
-            match rec {
-                Record::Entry { func, tsc } => {
-                    self.see(tsc);
-                    self.sum.events += 1;
+                while self.depth < depth {
                     self.pending.push_back(Event::Enter {
-                        func,
+                        func: 0,
                         tsc,
                         depth: self.depth,
                     });
                     self.depth += 1;
                 }
-                Record::Exit { tsc } | Record::TailExit { tsc } => {
-                    self.see(tsc);
-                    self.sum.events += 1;
-                    if self.depth == 0 {
-                        self.sum.unmatched_exits += 1;
-                    } else {
-                        let e = self.exit(tsc, false);
-                        self.pending.push_back(e);
-                    }
-                }
-                Record::ThreadStart { tsc, name } => {
-                    self.see(tsc);
-                    if self.sum.name.is_empty() {
-                        self.sum.name = name;
-                    }
-                }
-                Record::ThreadExit { tsc, name } => {
-                    self.see(tsc);
-                    self.sum.name = name;
-                    self.sum.exited = true;
-                }
-                Record::Lost { tsc, count } => {
-                    self.see(tsc);
-                    self.sum.lost += count;
-                }
-                _ => {}
+                return;
             }
+        };
+        match rec {
+            Record::ThreadStart { tsc, name } => {
+                self.see(tsc);
+                if self.sum.name.is_empty() {
+                    self.sum.name = name;
+                }
+            }
+            Record::ThreadExit { tsc, name } => {
+                self.see(tsc);
+                self.sum.name = name;
+                self.sum.exited = true;
+            }
+            Record::Lost { tsc, count } => {
+                self.see(tsc);
+                self.sum.lost += count;
+            }
+            _ => {}
         }
     }
 }
@@ -265,10 +235,48 @@ impl Iterator for Events<'_> {
     type Item = Event;
 
     fn next(&mut self) -> Option<Event> {
-        if self.pending.is_empty() && !self.done {
-            self.fill();
+        if let Some(e) = self.pending.pop_front() {
+            return Some(e);
         }
-        self.pending.pop_front()
+        if self.done {
+            return None;
+        }
+        loop {
+            let Some(item) = self.reader.next_item() else {
+                // Close what is still open at the last timestamp seen.
+                let end = self.sum.last_tsc;
+                while self.depth > 0 {
+                    let e = self.exit(end, true);
+                    self.pending.push_back(e);
+                }
+                self.done = true;
+                return self.pending.pop_front();
+            };
+            match item {
+                StreamItem::Record(Record::Entry { func, tsc }) => {
+                    self.see(tsc);
+                    self.sum.events += 1;
+                    let depth = self.depth;
+                    self.depth += 1;
+                    return Some(Event::Enter { func, tsc, depth });
+                }
+                StreamItem::Record(Record::Exit { tsc } | Record::TailExit { tsc }) => {
+                    self.see(tsc);
+                    self.sum.events += 1;
+                    if self.depth == 0 {
+                        self.sum.unmatched_exits += 1;
+                        continue;
+                    }
+                    return Some(self.exit(tsc, false));
+                }
+                other => {
+                    self.other(other);
+                    if let Some(e) = self.pending.pop_front() {
+                        return Some(e);
+                    }
+                }
+            }
+        }
     }
 }
 

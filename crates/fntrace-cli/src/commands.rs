@@ -1,6 +1,6 @@
 //! The `report`, `replay` and `info` views, writing to any `io::Write`.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
 use fntrace_format::{Ending, Trace};
@@ -84,7 +84,7 @@ pub enum SortKey {
 /// Computes the report rows of a trace.
 pub fn report_rows(trace: &Trace, per_thread: bool, sort: SortKey) -> Vec<Row> {
     let clock = Clock::of(trace);
-    let mut map = HashMap::new();
+    let mut map = HashMap::default();
     for tid in trace.thread_ids() {
         let mut v = ReportVisitor {
             map: &mut map,
@@ -357,7 +357,7 @@ pub fn write_replay(out: &mut dyn Write, trace: &Trace, o: &ReplayOptions) -> io
         sym: Symbolizer::new(trace.metadata()),
         clock: Clock::of(trace),
         o,
-        matches: HashMap::new(),
+        matches: HashMap::default(),
     };
     writeln!(r.out, "# DURATION     TID     FUNCTION")?;
     let mut threads: Vec<ThreadView> = trace
@@ -539,13 +539,13 @@ impl CallGraph {
     /// Builds the graph.
     pub fn build(trace: &Trace, pattern: &NamePattern) -> CallGraph {
         let mut sym = Symbolizer::new(trace.metadata());
-        let mut matches: HashMap<u64, bool> = HashMap::new();
+        let mut matches: HashMap<u64, bool> = HashMap::default();
         let mut g = CallGraph {
             nodes: vec![],
-            backtraces: HashMap::new(),
+            backtraces: HashMap::default(),
         };
         // Root nodes per matched function.
-        let mut roots: HashMap<u64, usize> = HashMap::new();
+        let mut roots: HashMap<u64, usize> = HashMap::default();
         for tid in trace.thread_ids() {
             // (func, start, node inside a matched subtree, is the match root)
             let mut stack: Vec<(u64, u64, Option<usize>, bool)> = vec![];
@@ -562,7 +562,7 @@ impl CallGraph {
                                             func,
                                             calls: 0,
                                             total: 0,
-                                            children: HashMap::new(),
+                                            children: HashMap::default(),
                                         });
                                         let n = g.nodes.len() - 1;
                                         g.nodes[p].children.insert(func, n);
@@ -581,7 +581,7 @@ impl CallGraph {
                                             func,
                                             calls: 0,
                                             total: 0,
-                                            children: HashMap::new(),
+                                            children: HashMap::default(),
                                         });
                                         g.nodes.len() - 1
                                     });
@@ -701,7 +701,7 @@ pub fn write_graph(
             }
         }
         GraphFormat::Dot => {
-            let mut edges: HashMap<(u64, u64), u64> = HashMap::new();
+            let mut edges: HashMap<(u64, u64), u64> = HashMap::default();
             for n in &g.nodes {
                 for &c in n.children.values() {
                     *edges.entry((n.func, g.nodes[c].func)).or_default() += g.nodes[c].calls;

@@ -10,7 +10,7 @@
 //! Addresses are link-time addresses of the main executable (what glibc
 //! writes for PIE too); arcs outside it are dropped, as glibc does.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
 use fntrace_format::Trace;
@@ -62,8 +62,8 @@ pub fn write_gmon(out: &mut dyn Write, trace: &Trace) -> io::Result<GmonSummary>
         .and_then(|p| meta.modules.iter().find(|m| m.path == p.exe))
         .or_else(|| meta.modules.first())
         .ok_or_else(|| io::Error::other("the trace has no module map"))?;
-    let mut arcs: HashMap<(u64, u64), u64> = HashMap::new();
-    let mut self_ticks: HashMap<u64, u64> = HashMap::new();
+    let mut arcs: HashMap<(u64, u64), u64> = HashMap::default();
+    let mut self_ticks: HashMap<u64, u64> = HashMap::default();
     let counted = !meta.arcs.is_empty();
     if counted {
         for &(from, to, n) in &meta.arcs {
@@ -191,7 +191,7 @@ pub fn write_xray(out: &mut dyn Write, trace: &Trace) -> io::Result<XraySummary>
         ))
     })?;
     let sd = sec.data().map_err(io::Error::other)?;
-    let mut ids: HashMap<u64, i32> = HashMap::new();
+    let mut ids: HashMap<u64, i32> = HashMap::default();
     for s in fntrace_rt::xray::sleds::parse(sd, sec.address(), exe.bias) {
         ids.entry(s.func).or_insert(s.id as i32);
     }
@@ -235,7 +235,7 @@ pub fn write_xray(out: &mut dyn Write, trace: &Trace) -> io::Result<XraySummary>
 
 /// Thread names of a trace (as recorded at exit, else at start).
 fn thread_names(trace: &Trace) -> HashMap<u32, String> {
-    let mut names = HashMap::new();
+    let mut names = HashMap::default();
     for tid in trace.thread_ids() {
         for r in trace.stream(tid) {
             match r {
@@ -326,7 +326,7 @@ pub fn folded_stacks(trace: &Trace) -> Vec<String> {
     let clock = Clock::of(trace);
     let mut sym = crate::symbols::Symbolizer::new(trace.metadata());
     // Open calls: (func, start, children ticks).
-    let mut agg: HashMap<Vec<u64>, u64> = HashMap::new();
+    let mut agg: HashMap<Vec<u64>, u64> = HashMap::default();
     for tid in trace.thread_ids() {
         let mut stack: Vec<(u64, u64, u64)> = vec![];
         for ev in Events::new(trace, tid) {

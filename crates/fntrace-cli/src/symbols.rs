@@ -3,7 +3,7 @@
 //! tables (`object`), demangling Rust (legacy and v0) and C++ names.
 //! Unknown addresses print as `module+0xoffset`. Results are cached.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use fntrace_format::{Metadata, ModuleInfo};
 use object::{Object, ObjectSymbol};
@@ -76,7 +76,7 @@ impl<'m> Symbolizer<'m> {
         Symbolizer {
             meta,
             modules: meta.modules.iter().map(|_| None).collect(),
-            cache: HashMap::new(),
+            cache: HashMap::default(),
         }
     }
 

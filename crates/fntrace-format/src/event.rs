@@ -538,6 +538,23 @@ impl<'a> Decoder<'a> {
         }
     }
 
+    /// A decoder continuing where another over the same `buf` stopped
+    /// (its [`position`](Decoder::position), [`tsc`](Decoder::tsc) and
+    /// [`prev_func`](Decoder::prev_func)).
+    pub fn resume(buf: &'a [u8], pos: usize, tsc: u64, prev_func: u64) -> Decoder<'a> {
+        Decoder {
+            buf,
+            pos: pos.min(buf.len()),
+            tsc,
+            prev_func,
+        }
+    }
+
+    /// Function of the last entry decoded (0 at the start of a chunk).
+    pub fn prev_func(&self) -> u64 {
+        self.prev_func
+    }
+
     /// Offset of the next record.
     pub fn position(&self) -> usize {
         self.pos

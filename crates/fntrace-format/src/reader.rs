@@ -424,6 +424,7 @@ impl Trace {
             buf: vec![],
             batch: vec![],
             batch_pos: 0,
+            cur: None,
             damage: vec![],
             last_tsc: self.header.start_tsc,
         }
@@ -443,10 +444,25 @@ pub struct ThreadReader<'t> {
     next_chunk: usize,
     expected_seq: u32,
     buf: Vec<u8>,
+    /// Gaps waiting to be returned (before the current chunk's records).
     batch: Vec<StreamItem>,
     batch_pos: usize,
+    /// Where decoding of the current chunk stands.
+    cur: Option<Cursor>,
     damage: Vec<Damage>,
     last_tsc: u64,
+}
+
+/// Decoding position inside the current chunk of a stream.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    /// Index of the chunk in the stream's chunk list.
+    entry: usize,
+    /// Bytes of payload to decode.
+    len: usize,
+    pos: usize,
+    tsc: u64,
+    prev_func: u64,
 }
 
 /// An item of a thread stream.
@@ -490,6 +506,13 @@ impl ThreadReader<'_> {
                 );
                 self.batch_pos += 1;
                 return Some(it);
+            }
+            if self.cur.is_some() {
+                if let Some(it) = self.next_in_chunk() {
+                    return Some(it);
+                }
+                // The chunk ended; gaps it left come first.
+                continue;
             }
             if !self.load_next_chunk() {
                 return None;
@@ -596,40 +619,59 @@ impl ThreadReader<'_> {
                 });
             }
         }
-        let mut dec = Decoder::new(&self.buf, h.base_tsc);
-        loop {
-            match dec.next_record() {
-                Ok(Some(r)) => self.batch.push(StreamItem::Record(r)),
-                Ok(None) => {
-                    if c.sealed() && dec.position() < len {
-                        let at = dec.position();
-                        self.damage.push(Damage {
-                            offset: payload_off + at as u64,
-                            lost_bytes: (len - at) as u64,
-                            tid: Some(self.tid),
-                            problem: "end marker inside a sealed chunk".into(),
-                        });
-                        self.last_tsc = dec.tsc();
-                        self.gap_after(c);
-                        return true;
-                    }
-                    break;
-                }
-                Err(e) => {
+        // Records are decoded one at a time by `next_item`.
+        self.cur = Some(Cursor {
+            entry: self.next_chunk - 1,
+            len,
+            pos: 0,
+            tsc: h.base_tsc,
+            prev_func: 0,
+        });
+        true
+    }
+
+    /// Decodes the next record of the current chunk; `None` when the chunk
+    /// is done (its end or its damage handled).
+    fn next_in_chunk(&mut self) -> Option<StreamItem> {
+        let cs = self.cur.as_mut()?;
+        let mut dec = Decoder::resume(&self.buf[..cs.len], cs.pos, cs.tsc, cs.prev_func);
+        let r = dec.next_record();
+        cs.pos = dec.position();
+        cs.tsc = dec.tsc();
+        cs.prev_func = dec.prev_func();
+        let (entry, len) = (cs.entry, cs.len);
+        let c = self.chunks[entry];
+        let payload_off = c.offset + CHUNK_HEADER_SIZE as u64;
+        match r {
+            Ok(Some(r)) => return Some(StreamItem::Record(r)),
+            Ok(None) => {
+                if c.sealed() && dec.position() < len {
+                    let at = dec.position();
                     self.damage.push(Damage {
-                        offset: payload_off + e.offset as u64,
-                        lost_bytes: (len - e.offset) as u64,
+                        offset: payload_off + at as u64,
+                        lost_bytes: (len - at) as u64,
                         tid: Some(self.tid),
-                        problem: format!("{}; rest of the chunk skipped", e.problem),
+                        problem: "end marker inside a sealed chunk".into(),
                     });
                     self.last_tsc = dec.tsc();
                     self.gap_after(c);
-                    return true;
+                } else {
+                    self.last_tsc = dec.tsc();
                 }
             }
+            Err(e) => {
+                self.damage.push(Damage {
+                    offset: payload_off + e.offset as u64,
+                    lost_bytes: (len - e.offset) as u64,
+                    tid: Some(self.tid),
+                    problem: format!("{}; rest of the chunk skipped", e.problem),
+                });
+                self.last_tsc = dec.tsc();
+                self.gap_after(c);
+            }
         }
-        self.last_tsc = dec.tsc();
-        true
+        self.cur = None;
+        None
     }
 
     /// After a chunk whose end was lost: resynchronise with the next chunk
