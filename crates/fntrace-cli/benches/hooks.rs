@@ -242,6 +242,47 @@ fn main() {
     if !uftrace {
         println!("(uftrace not installed: apt-get install uftrace)");
     }
+    // Analysis speed: the same program recorded by both, then
+    // `uftrace report` against `fntrace report` (output discarded).
+    if uftrace {
+        let ud = dir.join("uftrace.data");
+        let _ = std::fs::remove_dir_all(&ud);
+        let st = Command::new("uftrace")
+            .args(["record", "-d"])
+            .arg(&ud)
+            .arg(&pg)
+            .arg(N)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let _ = std::fs::remove_file(&data);
+        let st = traced(&pg, false)().stdout(Stdio::null()).status().unwrap();
+        assert!(st.success());
+        let fntrace = PathBuf::from(env!("CARGO_BIN_EXE_fntrace"));
+        let time = |mut c: Command| {
+            (0..3)
+                .map(|_| {
+                    let t = Instant::now();
+                    assert!(c.stdout(Stdio::null()).status().unwrap().success());
+                    t.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let mut c = Command::new("uftrace");
+        c.args(["report", "-d"]).arg(&ud);
+        let tu = time(c);
+        let mut c = Command::new(&fntrace);
+        c.arg("report").arg(&data);
+        let tf = time(c);
+        let events = 2.0 * (CALLS + 1.0);
+        println!("\nreport of fib({N}) ({events} events), best of 3\n");
+        println!("| tool | seconds | M events/s |");
+        println!("|---|---:|---:|");
+        println!("| uftrace report | {tu:.3} | {:.1} |", events / tu / 1e6);
+        println!("| fntrace report | {tf:.3} | {:.1} |", events / tf / 1e6);
+        println!("\nfntrace report / uftrace report speed: {:.2}x", tu / tf);
+    }
     if let Some(&(_, plain_c)) = xrows.first() {
         println!(
             "\nXRay, fib({N}), clang-14 binaries, best of {RUNS} runs, net of process start-up\n"

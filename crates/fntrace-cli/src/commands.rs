@@ -84,13 +84,54 @@ pub enum SortKey {
 /// Computes the report rows of a trace.
 pub fn report_rows(trace: &Trace, per_thread: bool, sort: SortKey) -> Vec<Row> {
     let clock = Clock::of(trace);
-    let mut map = HashMap::default();
-    for tid in trace.thread_ids() {
-        let mut v = ReportVisitor {
-            map: &mut map,
-            tid: if per_thread { tid } else { 0 },
-        };
-        walk_thread(trace, tid, &mut v);
+    // Threads are decoded in parallel, one worker per core, each with its
+    // own table; the tables are merged.
+    let tids = trace.thread_ids();
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(tids.len())
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let tables: Vec<HashMap<(u64, u32), Agg>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..workers)
+            .map(|_| {
+                sc.spawn(|| {
+                    let mut map = HashMap::default();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&tid) = tids.get(i) else { break };
+                        let mut v = ReportVisitor {
+                            map: &mut map,
+                            tid: if per_thread { tid } else { 0 },
+                        };
+                        walk_thread(trace, tid, &mut v);
+                    }
+                    map
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut map: HashMap<(u64, u32), Agg> = HashMap::default();
+    for t in tables {
+        for (k, a) in t {
+            match map.get_mut(&k) {
+                None => {
+                    map.insert(k, a);
+                }
+                Some(m) => {
+                    m.calls += a.calls;
+                    m.total += a.total;
+                    m.self_ += a.self_;
+                    m.sum += a.sum;
+                    m.min = m.min.min(a.min);
+                    m.max = m.max.max(a.max);
+                }
+            }
+        }
     }
     // A counting trace: calls per callee from its arcs, no times.
     for &(_, to, n) in &trace.metadata().arcs {

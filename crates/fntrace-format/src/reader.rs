@@ -632,6 +632,7 @@ impl ThreadReader<'_> {
 
     /// Decodes the next record of the current chunk; `None` when the chunk
     /// is done (its end or its damage handled).
+    #[inline]
     fn next_in_chunk(&mut self) -> Option<StreamItem> {
         let cs = self.cur.as_mut()?;
         let mut dec = Decoder::resume(&self.buf[..cs.len], cs.pos, cs.tsc, cs.prev_func);
@@ -639,12 +640,16 @@ impl ThreadReader<'_> {
         cs.pos = dec.position();
         cs.tsc = dec.tsc();
         cs.prev_func = dec.prev_func();
+        let err = match r {
+            Ok(Some(rec)) => return Some(StreamItem::Record(rec)),
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
         let (entry, len) = (cs.entry, cs.len);
         let c = self.chunks[entry];
         let payload_off = c.offset + CHUNK_HEADER_SIZE as u64;
-        match r {
-            Ok(Some(r)) => return Some(StreamItem::Record(r)),
-            Ok(None) => {
+        match err {
+            None => {
                 if c.sealed() && dec.position() < len {
                     let at = dec.position();
                     self.damage.push(Damage {
@@ -659,7 +664,7 @@ impl ThreadReader<'_> {
                     self.last_tsc = dec.tsc();
                 }
             }
-            Err(e) => {
+            Some(e) => {
                 self.damage.push(Damage {
                     offset: payload_off + e.offset as u64,
                     lost_bytes: (len - e.offset) as u64,
