@@ -254,6 +254,11 @@ pub struct ReplayOptions {
     pub tid: Option<u32>,
     /// Show source locations.
     pub srcline: bool,
+    /// Only calls entered in this window (ns since the start of the
+    /// recording, inclusive).
+    pub time_range: Option<(u64, u64)>,
+    /// Colour durations (≥ 1 ms red, ≥ 10 µs yellow).
+    pub color: bool,
 }
 
 /// One open call of a thread being replayed.
@@ -328,7 +333,11 @@ impl Replayer<'_, '_> {
                     _ if self.matches(func) => Some(0),
                     _ => None,
                 };
-                let eligible = rel.is_some_and(|r| self.o.depth.is_none_or(|d| r < d));
+                let in_time = self.o.time_range.is_none_or(|(a, b)| {
+                    let at = self.clock.since_start(tsc);
+                    at >= a && at <= b
+                });
+                let eligible = in_time && rel.is_some_and(|r| self.o.depth.is_none_or(|d| r < d));
                 // Without a threshold every eligible call is shown, so its
                 // parent can be opened now, keeping lines in time order.
                 if eligible && self.o.threshold_ns == 0 {
@@ -352,7 +361,12 @@ impl Replayer<'_, '_> {
                 }
                 self.open_ancestors(t.tid, &mut t.stack)?;
                 let tid = t.tid;
-                let d = fmt_ns(dur);
+                let d = format!("{:>12}", fmt_ns(dur));
+                let d = match (self.o.color, dur) {
+                    (true, 1_000_000..) => format!("\x1b[31m{d}\x1b[0m"),
+                    (true, 10_000..) => format!("\x1b[33m{d}\x1b[0m"),
+                    _ => d,
+                };
                 let indent = "  ".repeat(f.rel.unwrap_or(0));
                 let name = self.sym.name(f.func).to_string();
                 let note = if incomplete {
@@ -361,10 +375,7 @@ impl Replayer<'_, '_> {
                     ""
                 };
                 if f.opened {
-                    writeln!(
-                        self.out,
-                        "{d:>12} [{tid:>6}] | {indent}}} /* {name}{note} */"
-                    )?;
+                    writeln!(self.out, "{d} [{tid:>6}] | {indent}}} /* {name}{note} */")?;
                 } else {
                     let src = self.src(f.func);
                     let note = if incomplete {
@@ -372,10 +383,7 @@ impl Replayer<'_, '_> {
                     } else {
                         ""
                     };
-                    writeln!(
-                        self.out,
-                        "{d:>12} [{tid:>6}] | {indent}{name}();{src}{note}"
-                    )?;
+                    writeln!(self.out, "{d} [{tid:>6}] | {indent}{name}();{src}{note}")?;
                 }
             }
         }

@@ -99,6 +99,13 @@ enum Cmd {
         /// Show source locations.
         #[arg(long)]
         srcline: bool,
+        /// Only calls entered in this window since the start of the
+        /// recording, e.g. `1ms~2.5ms` (either side may be empty).
+        #[arg(short = 'r', long, value_name = "START~END")]
+        time_range: Option<String>,
+        /// Colour long calls: auto (when stdout is a terminal), always, never.
+        #[arg(long, value_enum, default_value = "auto")]
+        color: ColorMode,
     },
     /// Callers (backtraces) and callees of functions, with totals and calls.
     Graph {
@@ -227,6 +234,8 @@ fn run() -> Result<ExitCode> {
             threshold,
             tid,
             srcline,
+            time_range,
+            color,
         } => {
             let t = open(&path)?;
             warn_damage(&t);
@@ -241,12 +250,22 @@ fn run() -> Result<ExitCode> {
                 }
                 None => None,
             };
+            let time_range = match time_range {
+                Some(r) => Some(parse_range(&r).with_context(|| {
+                    format!("bad --time-range {r:?} (use e.g. 1ms~2.5ms, ~10ms, 5s~)")
+                })?),
+                None => None,
+            };
+            // SAFETY: isatty has no preconditions.
+            let tty = unsafe { libc::isatty(1) } == 1;
             let o = ReplayOptions {
                 depth,
                 filter,
                 threshold_ns,
                 tid,
                 srcline,
+                time_range,
+                color: color == ColorMode::Always || (color == ColorMode::Auto && tty),
             };
             write_replay(&mut out, &t, &o)?;
         }
@@ -385,6 +404,33 @@ fn warn_damage(t: &Trace) {
             t.damage().len()
         );
     }
+}
+
+/// When to colour output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ColorMode {
+    /// When stdout is a terminal.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// Parses `START~END` (durations; either side may be empty).
+fn parse_range(s: &str) -> Option<(u64, u64)> {
+    let (a, b) = s.split_once('~')?;
+    let a = if a.trim().is_empty() {
+        0
+    } else {
+        parse_duration(a)?
+    };
+    let b = if b.trim().is_empty() {
+        u64::MAX
+    } else {
+        parse_duration(b)?
+    };
+    (a <= b).then_some((a, b))
 }
 
 /// Formats of `fntrace export`.

@@ -187,3 +187,42 @@ fn folded_flamegraph_graph_and_diff() {
     );
     assert!(fib["delta_total_ns"].as_i64().unwrap() > 0);
 }
+
+#[test]
+fn replay_time_range_and_colour() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = gcc(d.path(), FIB, "fib", &["-pg"]);
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let a = d.path().join("a.data");
+    fntrace_ok(&["record", "-o", &s(&a), "--", &s(&bin), "12"]);
+    let lines = |extra: &[&str]| {
+        let mut args = vec!["replay", "--color", "never"];
+        let p = s(&a);
+        args.push(&p);
+        args.extend(extra);
+        fntrace_ok(&args).lines().skip(1).count()
+    };
+    let all = lines(&[]);
+    assert!(all > 400);
+    assert_eq!(lines(&["-r", "0~"]), all);
+    assert_eq!(lines(&["-r", "~0ns"]), 0);
+    // The second half of the run (by entry time of fib calls, from the
+    // chrome export's timestamps) shows some calls but not all.
+    let json = d.path().join("a.json");
+    fntrace_ok(&["export", &s(&a), "--format", "chrome", "-o", &s(&json)]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let ts: Vec<f64> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "B")
+        .map(|e| e["ts"].as_f64().unwrap())
+        .collect();
+    let mid = (ts[0] + ts[ts.len() - 1]) / 2.0;
+    let half = lines(&["-r", &format!("{}us~", mid as u64)]);
+    assert!(half > 0 && half < all, "{half} of {all}");
+    let col = fntrace_ok(&["replay", "--color", "always", &s(&a)]);
+    assert!(col.contains("\x1b["));
+    let plain = fntrace_ok(&["replay", &s(&a)]);
+    assert!(!plain.contains("\x1b["), "colour when not a terminal");
+}
