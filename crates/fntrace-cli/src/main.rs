@@ -406,6 +406,27 @@ fn warn_damage(t: &Trace) {
     }
 }
 
+/// Files `OUTPUT.PID` next to `output` (children and exec'd images).
+fn child_traces(output: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (output.parent(), output.file_name()) else {
+        return vec![];
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_prefix(&prefix)
+                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
 /// When to colour output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum ColorMode {
@@ -489,6 +510,10 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => bail!("{}: cannot replace: {e}", output.display()),
+    }
+    // Traces of forked children and exec'd images of an earlier run.
+    for f in child_traces(&output) {
+        let _ = std::fs::remove_file(f);
     }
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..])
@@ -577,6 +602,18 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
             "fntrace: {} wrote no trace. {}",
             command[0],
             probe::build_advice(&command[0])
+        );
+    }
+    let children = child_traces(&output);
+    if !children.is_empty() {
+        eprintln!(
+            "fntrace: {} more trace(s) from child processes or exec'd images: {}",
+            children.len(),
+            children
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
         );
     }
     if let Some(sig) = status.signal() {
