@@ -917,3 +917,51 @@ pub fn write_diff(out: &mut dyn Write, rows: &[DiffRow], format: Format) -> io::
         }
     }
 }
+
+impl CallGraph {
+    /// Writes the callee trees as nested `<details>` elements (children by
+    /// total time, at most `depth` levels).
+    pub fn write_html_tree(
+        &self,
+        out: &mut dyn Write,
+        trace: &Trace,
+        depth: usize,
+    ) -> io::Result<()> {
+        let clock = Clock::of(trace);
+        let mut sym = Symbolizer::new(trace.metadata());
+        fn node(
+            g: &CallGraph,
+            out: &mut dyn Write,
+            sym: &mut Symbolizer,
+            clock: &Clock,
+            n: usize,
+            left: usize,
+        ) -> io::Result<()> {
+            let x = &g.nodes[n];
+            let name = sym
+                .name(x.func)
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;");
+            let label = format!(
+                "{name} <span class=\"dim\">{} in {} calls</span>",
+                fmt_ns(clock.ns(x.total)),
+                x.calls
+            );
+            if x.children.is_empty() || left == 0 {
+                return writeln!(out, "<div style=\"margin-left:1.2em\">{label}</div>");
+            }
+            writeln!(out, "<details open><summary>{label}</summary>")?;
+            let mut kids: Vec<usize> = x.children.values().copied().collect();
+            kids.sort_by_key(|&c| std::cmp::Reverse(g.nodes[c].total));
+            for c in kids.into_iter().take(50) {
+                node(g, out, sym, clock, c, left - 1)?;
+            }
+            writeln!(out, "</details>")
+        }
+        for r in self.roots() {
+            node(self, out, &mut sym, &clock, r, depth)?;
+        }
+        Ok(())
+    }
+}

@@ -333,6 +333,10 @@ fn run() -> Result<ExitCode> {
                         output.display()
                     );
                 }
+                ExportFormat::Html => {
+                    export::write_html(&mut buf, &t)?;
+                    eprintln!("fntrace: wrote {}", output.display());
+                }
                 ExportFormat::Xray => {
                     let s = export::write_xray(&mut buf, &t)
                         .with_context(|| format!("{}: cannot export", path.display()))?;
@@ -467,6 +471,9 @@ enum ExportFormat {
     Folded,
     /// A flame graph (SVG).
     Flamegraph,
+    /// One self-contained HTML page: summary, flame graph, top functions,
+    /// call tree.
+    Html,
 }
 
 /// Options of `fntrace record` passed to the runtime.

@@ -226,3 +226,55 @@ fn replay_time_range_and_colour() {
     let plain = fntrace_ok(&["replay", &s(&a)]);
     assert!(!plain.contains("\x1b["), "colour when not a terminal");
 }
+
+#[test]
+fn html_page_renders_the_flame_graph_in_headless_chromium() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = gcc(d.path(), FIB, "fib", &["-pg"]);
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let a = d.path().join("a.data");
+    fntrace_ok(&["record", "-o", &s(&a), "--", &s(&bin), "15"]);
+    let html = d.path().join("a.html");
+    fntrace_ok(&["export", &s(&a), "--format", "html", "-o", &s(&html)]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<details") && page.contains("data:image/svg+xml;base64,"));
+    assert!(
+        !page.contains("http://") || page.contains("www.w3.org"),
+        "must be offline"
+    );
+    let png = d.path().join("a.png");
+    let out = Command::new("chromium")
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,1400",
+        ])
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", html.display()))
+        .env("HOME", d.path())
+        .output()
+        .expect("chromium (Debian package) is required for this test");
+    assert!(
+        png.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Decode and count flame-coloured pixels (reds, oranges, yellows).
+    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+    let mut r = dec.read_info().unwrap();
+    let mut buf = vec![0; r.output_buffer_size().unwrap()];
+    let info = r.next_frame(&mut buf).unwrap();
+    let ch = info.color_type.samples();
+    let px = &buf[..info.buffer_size()];
+    let total = px.len() / ch;
+    let flame = px
+        .chunks(ch)
+        .filter(|p| p[0] > 190 && p[2] < 110 && p[1] > 20 && p[1] < 235)
+        .count();
+    assert!(
+        flame * 100 > total * 2,
+        "only {flame} of {total} pixels look like a flame graph"
+    );
+}
