@@ -181,6 +181,48 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs `f`, showing a progress bar on stderr (chunks read out of
+/// `passes` passes over the trace) if it takes more than a second and
+/// stderr is a terminal.
+fn with_progress<R>(t: &Trace, passes: u64, label: &str, f: impl FnOnce() -> R) -> R {
+    use std::io::IsTerminal;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !io::stderr().is_terminal() {
+        return f();
+    }
+    let total = t.stream_chunks() * passes;
+    let base = t.chunks_read();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_secs(1) {
+                if done.load(Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:40}] {percent}% ({elapsed}, {eta} left)",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_message(label.to_string());
+            while !done.load(Ordering::Acquire) {
+                bar.set_position(t.chunks_read().saturating_sub(base).min(total));
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            bar.finish_and_clear();
+        });
+        let r = f();
+        done.store(true, Ordering::Release);
+        r
+    })
+}
+
 fn open(path: &Path) -> Result<Trace> {
     Ok(Trace::open(path)?)
 }
@@ -224,7 +266,8 @@ fn run() -> Result<ExitCode> {
                 warn_damage(&o);
                 write_diff(&mut out, &diff_rows(&t, &o), format)?;
             } else {
-                write_report(&mut out, &report_rows(&t, threads, sort), format)?;
+                let rows = with_progress(&t, 1, "reading", || report_rows(&t, threads, sort));
+                write_report(&mut out, &rows, format)?;
             }
         }
         Cmd::Replay {
@@ -280,7 +323,7 @@ fn run() -> Result<ExitCode> {
             warn_damage(&t);
             let p = NamePattern::new(&function)
                 .with_context(|| format!("bad function pattern {function:?}"))?;
-            let g = CallGraph::build(&t, &p);
+            let g = with_progress(&t, 1, "reading", || CallGraph::build(&t, &p));
             if g.is_empty() {
                 bail!("{}: no calls of {function:?}", path.display());
             }

@@ -107,6 +107,8 @@ pub struct Trace {
     damage: Vec<Damage>,
     meta: Metadata,
     unused_chunks: u64,
+    /// Chunks loaded by stream readers so far (for progress display).
+    chunks_read: std::sync::atomic::AtomicU64,
 }
 
 /// How the recording ended.
@@ -215,6 +217,7 @@ impl Trace {
             damage,
             meta: Metadata::default(),
             unused_chunks: 0,
+            chunks_read: std::sync::atomic::AtomicU64::new(0),
         };
         trace.index_chunks()?;
         trace.read_metadata();
@@ -369,6 +372,20 @@ impl Trace {
     /// Chunks that were never written (zero headers).
     pub fn unused_chunks(&self) -> u64 {
         self.unused_chunks
+    }
+
+    /// Stream chunks loaded by readers of this trace so far (a progress
+    /// measure: one pass over every thread reads [`Trace::stream_chunks`]).
+    pub fn chunks_read(&self) -> u64 {
+        self.chunks_read.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Chunks of all thread streams (metadata excluded).
+    pub fn stream_chunks(&self) -> u64 {
+        self.thread_ids()
+            .into_iter()
+            .map(|t| self.thread_chunks(t).count() as u64)
+            .sum()
     }
 
     /// Thread ids that have a stream (the metadata stream excluded), sorted.
@@ -534,6 +551,9 @@ impl ThreadReader<'_> {
             return false;
         };
         self.next_chunk += 1;
+        self.trace
+            .chunks_read
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let h = &c.header;
         let payload_off = c.offset + CHUNK_HEADER_SIZE as u64;
         if h.seq != self.expected_seq {
