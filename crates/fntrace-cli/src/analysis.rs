@@ -4,7 +4,7 @@
 //! crash, stop) close them at the thread's last timestamp; gaps from damage
 //! resynchronise the stack to the depth the writer recorded.
 
-use fntrace_format::{Record, StreamItem, ThreadReader, Trace};
+use fntrace_format::{FastItem, Record, StreamItem, ThreadReader, Trace};
 
 /// A completed call.
 #[derive(Debug, Clone, Copy)]
@@ -242,7 +242,7 @@ impl Iterator for Events<'_> {
             return None;
         }
         loop {
-            let Some(item) = self.reader.next_item() else {
+            let Some(item) = self.reader.next_fast() else {
                 // Close what is still open at the last timestamp seen.
                 let end = self.sum.last_tsc;
                 while self.depth > 0 {
@@ -253,14 +253,14 @@ impl Iterator for Events<'_> {
                 return self.pending.pop_front();
             };
             match item {
-                StreamItem::Record(Record::Entry { func, tsc }) => {
+                FastItem::Entry { func, tsc } => {
                     self.see(tsc);
                     self.sum.events += 1;
                     let depth = self.depth;
                     self.depth += 1;
                     return Some(Event::Enter { func, tsc, depth });
                 }
-                StreamItem::Record(Record::Exit { tsc } | Record::TailExit { tsc }) => {
+                FastItem::Exit { tsc } => {
                     self.see(tsc);
                     self.sum.events += 1;
                     if self.depth == 0 {
@@ -269,8 +269,8 @@ impl Iterator for Events<'_> {
                     }
                     return Some(self.exit(tsc, false));
                 }
-                other => {
-                    self.other(other);
+                FastItem::Other(other) => {
+                    self.other(*other);
                     if let Some(e) = self.pending.pop_front() {
                         return Some(e);
                     }

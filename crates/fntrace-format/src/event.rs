@@ -541,6 +541,7 @@ impl<'a> Decoder<'a> {
     /// A decoder continuing where another over the same `buf` stopped
     /// (its [`position`](Decoder::position), [`tsc`](Decoder::tsc) and
     /// [`prev_func`](Decoder::prev_func)).
+    #[inline(always)]
     pub fn resume(buf: &'a [u8], pos: usize, tsc: u64, prev_func: u64) -> Decoder<'a> {
         Decoder {
             buf,
@@ -569,11 +570,19 @@ impl<'a> Decoder<'a> {
         DecodeError { offset, problem }
     }
 
+    #[inline(always)]
     fn delta(&mut self, first: u8, bits: u32, start: usize) -> Result<u64, DecodeError> {
         let low = u64::from(first) & ((1 << bits) - 1);
         let d = if first & (1 << bits) != 0 {
-            let rest = get_uvarint(self.buf, &mut self.pos)
-                .ok_or(self.err(start, "truncated or overlong time delta"))?;
+            // One continuation byte is the common case.
+            let rest = match self.buf.get(self.pos) {
+                Some(&b) if b < 0x80 => {
+                    self.pos += 1;
+                    u64::from(b)
+                }
+                _ => get_uvarint(self.buf, &mut self.pos)
+                    .ok_or_else(|| self.err(start, "truncated or overlong time delta"))?,
+            };
             if rest == 0 || rest.leading_zeros() < bits {
                 return Err(self.err(start, "invalid time delta"));
             }
@@ -583,6 +592,47 @@ impl<'a> Decoder<'a> {
         };
         self.tsc = self.tsc.wrapping_add(d);
         Ok(d)
+    }
+
+    /// The next record if it is a compact event (entry, exit, tail exit):
+    /// `Ok(Some((kind, func, tsc)))` with kind 0 entry, 1 exit, 2 tail exit.
+    /// `Ok(None)` when the next record is framed or the end: then
+    /// [`next_record`](Decoder::next_record) reads it. Errors as there.
+    #[inline]
+    pub fn next_compact(&mut self) -> Result<Option<(u8, u64, u64)>, DecodeError> {
+        let start = self.pos;
+        let Some(&first) = self.buf.get(self.pos) else {
+            return Ok(None);
+        };
+        match first {
+            0x80..=0xff => {
+                self.pos += 1;
+                self.delta(first, 6, start)?;
+                Ok(Some((1, 0, self.tsc)))
+            }
+            0x40..=0x7f => {
+                self.pos += 1;
+                self.delta(first, 5, start)?;
+                Ok(Some((0, self.prev_func, self.tsc)))
+            }
+            0x20..=0x3f => {
+                self.pos += 1;
+                self.delta(first, 4, start)?;
+                let fd = get_uvarint(self.buf, &mut self.pos)
+                    .ok_or(self.err(start, "truncated function delta"))?;
+                if fd == 0 {
+                    return Err(self.err(start, "new-function entry with zero delta"));
+                }
+                self.prev_func = self.prev_func.wrapping_add(unzigzag(fd) as u64);
+                Ok(Some((0, self.prev_func, self.tsc)))
+            }
+            0x10..=0x1f => {
+                self.pos += 1;
+                self.delta(first, 3, start)?;
+                Ok(Some((2, 0, self.tsc)))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The next record: `Ok(None)` at the end marker or the end of the

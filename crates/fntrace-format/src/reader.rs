@@ -470,6 +470,26 @@ pub struct ThreadReader<'t> {
     last_tsc: u64,
 }
 
+/// An item of a thread stream in the form analysis loops want: compact
+/// events without allocation, anything else boxed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FastItem {
+    /// Function entry.
+    Entry {
+        /// Function key.
+        func: u64,
+        /// Absolute TSC.
+        tsc: u64,
+    },
+    /// Exit (or tail exit) of the innermost call.
+    Exit {
+        /// Absolute TSC.
+        tsc: u64,
+    },
+    /// Any other record, or a gap.
+    Other(Box<StreamItem>),
+}
+
 /// Decoding position inside the current chunk of a stream.
 #[derive(Debug, Clone, Copy)]
 struct Cursor {
@@ -511,6 +531,34 @@ impl ThreadReader<'_> {
     /// Takes the damage found so far.
     pub fn take_damage(&mut self) -> Vec<Damage> {
         std::mem::take(&mut self.damage)
+    }
+
+    /// The next item, with compact events decoded without building a
+    /// [`Record`] (the fast path of analysis).
+    #[inline]
+    pub fn next_fast(&mut self) -> Option<FastItem> {
+        if self.batch_pos >= self.batch.len() {
+            if let Some(cs) = self.cur.as_mut() {
+                let mut dec = Decoder::resume(&self.buf[..cs.len], cs.pos, cs.tsc, cs.prev_func);
+                if let Ok(Some((kind, func, tsc))) = dec.next_compact() {
+                    cs.pos = dec.position();
+                    cs.tsc = dec.tsc();
+                    cs.prev_func = dec.prev_func();
+                    return Some(if kind == 0 {
+                        FastItem::Entry { func, tsc }
+                    } else {
+                        FastItem::Exit { tsc }
+                    });
+                }
+            }
+        }
+        match self.next_item()? {
+            StreamItem::Record(Record::Entry { func, tsc }) => Some(FastItem::Entry { func, tsc }),
+            StreamItem::Record(Record::Exit { tsc } | Record::TailExit { tsc }) => {
+                Some(FastItem::Exit { tsc })
+            }
+            other => Some(FastItem::Other(Box::new(other))),
+        }
     }
 
     /// The next item, gaps included.

@@ -28,7 +28,8 @@ use fntrace_format::varint::{
 };
 use fntrace_format::writer::{ChunkBuf, TraceBuilder};
 use fntrace_format::{
-    Damage, Ending, ModuleInfo, ProcessInfo, Record, SiteInfo, StreamItem, Trace, TraceError,
+    Damage, Ending, FastItem, ModuleInfo, ProcessInfo, Record, SiteInfo, StreamItem, Trace,
+    TraceError,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -774,6 +775,29 @@ fn read_all(t: &Trace) -> ReadBack {
             }
         }
         damage.extend(r.take_damage());
+        // The fast reader yields the same items (compact events unboxed)
+        // and the same damage.
+        let mut f = t.stream(tid);
+        let mut fast = vec![];
+        while let Some(it) = f.next_fast() {
+            fast.push(match it {
+                FastItem::Entry { func, tsc } => StreamItem::Record(Record::Entry { func, tsc }),
+                FastItem::Exit { tsc } => StreamItem::Record(Record::Exit { tsc }),
+                FastItem::Other(o) => *o,
+            });
+        }
+        let mut slow = vec![];
+        let mut s2 = t.stream(tid);
+        while let Some(it) = s2.next_item() {
+            slow.push(match it {
+                StreamItem::Record(Record::TailExit { tsc }) => {
+                    StreamItem::Record(Record::Exit { tsc })
+                }
+                o => o,
+            });
+        }
+        assert_eq!(fast, slow, "fast and plain readers differ on thread {tid}");
+        assert_eq!(f.take_damage(), s2.take_damage());
         if !recs.is_empty() {
             streams.insert(tid, recs);
         }
