@@ -90,7 +90,8 @@ impl<'m> Symbolizer<'m> {
     }
 
     /// `file:line` of a function when known: from the site table for
-    /// source instrumentation, else from the module's DWARF line table.
+    /// source instrumentation, else from the module's DWARF (with the
+    /// functions an inlined address was inlined into).
     pub fn srcline(&mut self, key: u64) -> Option<String> {
         if let Some(s) = self.meta.sites.get(&key) {
             return Some(format!("{}:{}", s.file, s.line));
@@ -103,12 +104,38 @@ impl<'m> Symbolizer<'m> {
             .dwarf
             .get_or_insert_with(|| addr2line::Loader::new(&path).ok())
             .as_ref()?;
-        let loc = loader.find_location(link).ok()??;
-        let file = loc.file?;
-        Some(match loc.line {
-            Some(l) => format!("{file}:{l}"),
-            None => file.to_string(),
-        })
+        // Innermost frame first; an address inside inlined code also names
+        // the functions it was inlined into.
+        let mut parts: Vec<String> = vec![];
+        if let Ok(mut frames) = loader.find_frames(link) {
+            while let Ok(Some(f)) = frames.next() {
+                let Some(loc) = f.location else { continue };
+                let Some(file) = loc.file else { continue };
+                let at = match loc.line {
+                    Some(l) => format!("{file}:{l}"),
+                    None => file.to_string(),
+                };
+                if parts.is_empty() {
+                    parts.push(at);
+                } else {
+                    let func = f
+                        .function
+                        .as_ref()
+                        .and_then(|n| n.raw_name().ok().map(|r| demangle(&r)))
+                        .unwrap_or_else(|| "?".into());
+                    parts.push(format!("inlined into {func} at {at}"));
+                }
+            }
+        }
+        if parts.is_empty() {
+            let loc = loader.find_location(link).ok()??;
+            let file = loc.file?;
+            parts.push(match loc.line {
+                Some(l) => format!("{file}:{l}"),
+                None => file.to_string(),
+            });
+        }
+        Some(parts.join(", "))
     }
 
     fn resolve(&mut self, key: u64) -> String {

@@ -492,3 +492,43 @@ fn record_time_filters_and_depth() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad function pattern"));
 }
+
+#[test]
+fn srcline_from_dwarf_names_inlined_frames() {
+    let d = tempfile::tempdir().unwrap();
+    // -finstrument-functions: each function's own line.
+    let bin = build(
+        d.path(),
+        "inline_srcline.c",
+        "inl-cyg",
+        &["-finstrument-functions"],
+    );
+    assert_eq!(run_traced(d.path(), &bin, &["5"]), "17\n");
+    let out = Command::new(fntrace_bin())
+        .args(["replay", "--srcline"])
+        .arg(d.path().join("t.data"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("outer() { /* ") && text.contains("inline_srcline.c:5 */"),
+        "{text}"
+    );
+    // -pg: mcount's address lies in atoi, inlined into main.
+    let bin = build(d.path(), "inline_srcline.c", "inl-pg", &["-pg"]);
+    assert_eq!(run_traced(d.path(), &bin, &["5"]), "17\n");
+    let out = Command::new(fntrace_bin())
+        .args(["replay", "--srcline"])
+        .arg(d.path().join("t.data"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let main = text
+        .lines()
+        .find(|l| l.contains("main() {"))
+        .expect("main line");
+    assert!(
+        main.contains("inlined into main at ") && main.contains("inline_srcline.c:6"),
+        "{text}"
+    );
+}
