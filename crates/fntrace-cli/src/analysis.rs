@@ -96,6 +96,7 @@ pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummar
                     incomplete,
                 });
             }
+            Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
         }
     }
     events.into_summary()
@@ -105,7 +106,7 @@ pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummar
 /// timestamps, gaps already resolved into synthetic exits (of calls whose
 /// exit was lost) and synthetic entries (of calls whose entry was lost,
 /// function 0), and open calls closed at the end of the stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// A call was entered; `depth` is its depth (0 = outermost).
     Enter {
@@ -122,6 +123,19 @@ pub enum Event {
         tsc: u64,
         /// The exit was not recorded (lost in a gap or the stream ended).
         incomplete: bool,
+    },
+    /// Argument values of the innermost open call.
+    Args(Vec<i64>),
+    /// Return value of the innermost open call (its exit comes next).
+    RetVal(i64),
+    /// A marker event.
+    Marker {
+        /// TSC.
+        tsc: u64,
+        /// Marker name.
+        name: String,
+        /// Its arguments, formatted.
+        text: String,
     },
 }
 
@@ -225,6 +239,16 @@ impl<'t> Events<'t> {
             Record::Lost { tsc, count } => {
                 self.see(tsc);
                 self.sum.lost += count;
+            }
+            Record::Args { values } if self.depth > 0 => {
+                self.pending.push_back(Event::Args(values));
+            }
+            Record::RetVal { value } if self.depth > 0 => {
+                self.pending.push_back(Event::RetVal(value));
+            }
+            Record::Marker { tsc, name, text } => {
+                self.see(tsc);
+                self.pending.push_back(Event::Marker { tsc, name, text });
             }
             _ => {}
         }

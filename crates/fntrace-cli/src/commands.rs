@@ -271,6 +271,31 @@ struct Frame {
     eligible: bool,
     /// Its opening line `name() {` was printed.
     opened: bool,
+    /// Argument values, when the trace has them.
+    args: Option<Vec<i64>>,
+    /// Return value, when the trace has it.
+    ret: Option<i64>,
+}
+
+impl Frame {
+    /// `(1, 2)` or `()`.
+    fn arg_list(&self) -> String {
+        match &self.args {
+            Some(a) => format!(
+                "({})",
+                a.iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => "()".into(),
+        }
+    }
+
+    /// ` = 832040` or nothing.
+    fn ret_text(&self) -> String {
+        self.ret.map(|r| format!(" = {r}")).unwrap_or_default()
+    }
 }
 
 /// Replay state of one thread.
@@ -319,7 +344,12 @@ impl Replayer<'_, '_> {
                 let indent = "  ".repeat(f.rel.unwrap_or(0));
                 let name = self.sym.name(f.func).to_string();
                 let src = self.src(f.func);
-                writeln!(self.out, "{:>12} [{tid:>6}] | {indent}{name}() {{{src}", "")?;
+                let args = f.arg_list();
+                writeln!(
+                    self.out,
+                    "{:>12} [{tid:>6}] | {indent}{name}{args} {{{src}",
+                    ""
+                )?;
             }
         }
         Ok(())
@@ -349,7 +379,41 @@ impl Replayer<'_, '_> {
                     rel,
                     eligible,
                     opened: false,
+                    args: None,
+                    ret: None,
                 });
+            }
+            Event::Args(a) => {
+                if let Some(f) = t.stack.last_mut() {
+                    f.args = Some(a);
+                }
+            }
+            Event::RetVal(v) => {
+                if let Some(f) = t.stack.last_mut() {
+                    f.ret = Some(v);
+                }
+            }
+            Event::Marker { tsc, name, text } => {
+                let in_time = self.o.time_range.is_none_or(|(a, b)| {
+                    let at = self.clock.since_start(tsc);
+                    at >= a && at <= b
+                });
+                // Shown where the calls around it are shown (or at the top
+                // when no filter hides the outer level).
+                let (shown, rel) = match t.stack.last() {
+                    Some(f) => (f.eligible, f.rel.map_or(0, |r| r + 1)),
+                    None => (self.o.filter.is_none(), 0),
+                };
+                if in_time && shown && self.o.depth.is_none_or(|d| rel <= d) {
+                    self.open_ancestors(t.tid, &mut t.stack)?;
+                    let indent = "  ".repeat(rel);
+                    let sep = if text.is_empty() { "" } else { " " };
+                    writeln!(
+                        self.out,
+                        "{:>12} [{:>6}] | {indent}/* marker {name}{sep}{text} */",
+                        "", t.tid
+                    )?;
+                }
             }
             Event::Exit { tsc, incomplete } => {
                 let Some(f) = t.stack.pop() else {
@@ -374,8 +438,12 @@ impl Replayer<'_, '_> {
                 } else {
                     ""
                 };
+                let ret = f.ret_text();
                 if f.opened {
-                    writeln!(self.out, "{d} [{tid:>6}] | {indent}}} /* {name}{note} */")?;
+                    writeln!(
+                        self.out,
+                        "{d} [{tid:>6}] | {indent}}}{ret} /* {name}{note} */"
+                    )?;
                 } else {
                     let src = self.src(f.func);
                     let note = if incomplete {
@@ -383,7 +451,11 @@ impl Replayer<'_, '_> {
                     } else {
                         ""
                     };
-                    writeln!(self.out, "{d} [{tid:>6}] | {indent}{name}();{src}{note}")?;
+                    let args = f.arg_list();
+                    writeln!(
+                        self.out,
+                        "{d} [{tid:>6}] | {indent}{name}{args}{ret};{src}{note}"
+                    )?;
                 }
             }
         }
@@ -393,7 +465,9 @@ impl Replayer<'_, '_> {
 
 fn event_tsc(ev: &Event) -> u64 {
     match *ev {
-        Event::Enter { tsc, .. } | Event::Exit { tsc, .. } => tsc,
+        Event::Enter { tsc, .. } | Event::Exit { tsc, .. } | Event::Marker { tsc, .. } => tsc,
+        // Attached to the call before them: due at once.
+        Event::Args(_) | Event::RetVal(_) => 0,
     }
 }
 
@@ -659,6 +733,7 @@ impl CallGraph {
                             e.1 += dur;
                         }
                     }
+                    Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
                 }
             }
         }

@@ -218,6 +218,7 @@ pub fn write_xray(out: &mut dyn Write, trace: &Trace) -> io::Result<XraySummary>
                     (0u8, id, tsc)
                 }
                 crate::analysis::Event::Exit { tsc, .. } => (1u8, stack.pop().flatten(), tsc),
+                _ => continue,
             };
             let Some(id) = id else { continue };
             let mut r = [0u8; 32];
@@ -304,6 +305,19 @@ pub fn write_chrome(out: &mut dyn Write, trace: &Trace) -> io::Result<u64> {
                     ("B", func, tsc)
                 }
                 Event::Exit { tsc, .. } => ("E", stack.pop().unwrap_or(0), tsc),
+                Event::Marker { tsc, name, text } => {
+                    // An instant event on the thread.
+                    sep(out)?;
+                    let ts = clock.since_start(tsc) as f64 / 1000.0;
+                    serde_json::to_writer(
+                        &mut *out,
+                        &serde_json::json!({"ph":"i","s":"t","name":name,"pid":pid,"tid":tid,
+                            "ts":ts,"cat":"marker","args":{"text":text}}),
+                    )?;
+                    n += 1;
+                    continue;
+                }
+                Event::Args(_) | Event::RetVal(_) => continue,
             };
             let ts = clock.since_start(tsc) as f64 / 1000.0;
             sep(out)?;
@@ -343,6 +357,7 @@ pub fn folded_stacks(trace: &Trace) -> Vec<String> {
                     }
                     *agg.entry(path).or_default() += dur.saturating_sub(children);
                 }
+                Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
             }
         }
     }

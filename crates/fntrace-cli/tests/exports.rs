@@ -278,3 +278,113 @@ fn html_page_renders_the_flame_graph_in_headless_chromium() {
         "only {flame} of {total} pixels look like a flame graph"
     );
 }
+
+#[test]
+fn replay_shows_arguments_return_values_and_markers() {
+    use fntrace_format::event::Framed;
+    use fntrace_format::layout::{
+        ChunkHeader, DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, Final, HEADER_SIZE, Header, META_TID,
+        VERSION_MAJOR, VERSION_MINOR,
+    };
+    use fntrace_format::writer::TraceBuilder;
+    let ch = |tid, seq| ChunkHeader {
+        tid,
+        seq,
+        depth: 0,
+        base_tsc: 1000,
+        base_mono_ns: 0,
+        flags: 0,
+        payload_len: 0,
+        payload_crc: 0,
+    };
+    let mut b = TraceBuilder::new(Header {
+        version_major: VERSION_MAJOR,
+        version_minor: VERSION_MINOR,
+        header_size: HEADER_SIZE,
+        chunk_size: DEFAULT_CHUNK_SIZE,
+        flags: 0,
+        tsc_hz: 1_000_000_000,
+        start_tsc: 1000,
+        start_mono_ns: 0,
+        start_realtime_ns: 0,
+        pid: 7,
+    });
+    let mut meta = b.new_chunk(&ch(META_TID, 0));
+    for (key, name) in [(0x10u64, "fib"), (0x20, "leaf")] {
+        assert!(meta.framed(&Framed::Site {
+            key,
+            prefix: b"",
+            name: name.as_bytes(),
+            file: b"x.rs",
+            line: 1,
+        }));
+    }
+    meta.seal();
+    b.push_chunk(&meta);
+    let mut c = b.new_chunk(&ch(1, 0));
+    assert!(c.entry(10, 0x10));
+    assert!(c.framed(&Framed::Args { values: &[30, -1] }));
+    assert!(c.entry(10, 0x20));
+    assert!(c.framed(&Framed::Args { values: &[2] }));
+    assert!(c.framed(&Framed::RetVal { value: 7 }));
+    assert!(c.exit(10));
+    assert!(c.framed(&Framed::Marker {
+        d: 5,
+        name: b"net_rx",
+        text: b"len=64"
+    }));
+    assert!(c.framed(&Framed::RetVal { value: 832040 }));
+    assert!(c.exit(10));
+    c.seal();
+    b.push_chunk(&c);
+    let chunks = b.chunks();
+    let bytes = b.finish(&Final {
+        flags: FINAL_FLAG_CLEAN,
+        end_tsc: 2000,
+        end_mono_ns: 0,
+        tsc_hz: 1_000_000_000,
+        chunks,
+        lost_events: 0,
+    });
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("a.data");
+    std::fs::write(&p, bytes).unwrap();
+    let out = fntrace_ok(&["replay", "--color", "never", p.to_str().unwrap()]);
+    let lines: Vec<&str> = out
+        .lines()
+        .map(|l| l.split(" | ").nth(1).unwrap_or(l))
+        .collect();
+    assert_eq!(
+        &lines[1..],
+        &[
+            "fib(30, -1) {",
+            "  leaf(2) = 7;",
+            "  /* marker net_rx len=64 */",
+            "} = 832040 /* fib */",
+        ],
+        "{out}"
+    );
+    // The report counts calls as usual; chrome has the marker as an instant.
+    let rep = fntrace_ok(&["report", p.to_str().unwrap(), "--format", "csv"]);
+    assert!(
+        rep.contains("\nfib,,1,") && rep.contains("\nleaf,,1,"),
+        "{rep}"
+    );
+    let json = d.path().join("a.json");
+    fntrace_ok(&[
+        "export",
+        p.to_str().unwrap(),
+        "--format",
+        "chrome",
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(
+        v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["ph"] == "i" && e["name"] == "net_rx")
+    );
+}

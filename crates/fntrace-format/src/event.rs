@@ -24,6 +24,12 @@ pub const TAG_THREAD_START: u8 = 0x01;
 pub const TAG_THREAD_EXIT: u8 = 0x02;
 /// Framed tag: events dropped by the runtime (delta, count).
 pub const TAG_LOST: u8 = 0x03;
+/// Framed tag: argument values of the call entered just before.
+pub const TAG_ARGS: u8 = 0x04;
+/// Framed tag: return value of the innermost open call (before its exit).
+pub const TAG_RETVAL: u8 = 0x05;
+/// Framed tag: a marker event.
+pub const TAG_MARKER: u8 = 0x06;
 /// Framed tag: process description (metadata stream).
 pub const TAG_PROCESS: u8 = 0x08;
 /// Framed tag: loaded module (metadata stream).
@@ -265,6 +271,25 @@ pub enum Framed<'a> {
         /// Source line.
         line: u64,
     },
+    /// Integer argument values of the call whose entry precedes it.
+    Args {
+        /// The values (zigzag varints on disk).
+        values: &'a [i64],
+    },
+    /// Return value of the innermost open call; its exit follows.
+    RetVal {
+        /// The value.
+        value: i64,
+    },
+    /// A marker event with its (formatted) arguments.
+    Marker {
+        /// TSC delta.
+        d: u64,
+        /// Marker name.
+        name: &'a [u8],
+        /// Its arguments, formatted.
+        text: &'a [u8],
+    },
     /// A call-graph arc counted without timestamps (`record --count`).
     Arc {
         /// Return address in the caller (the call site).
@@ -286,6 +311,9 @@ impl Framed<'_> {
             Framed::Module { .. } => TAG_MODULE,
             Framed::Site { .. } => TAG_SITE,
             Framed::Arc { .. } => TAG_ARC,
+            Framed::Args { .. } => TAG_ARGS,
+            Framed::RetVal { .. } => TAG_RETVAL,
+            Framed::Marker { .. } => TAG_MARKER,
         }
     }
 
@@ -341,6 +369,18 @@ impl Framed<'_> {
                 put_var(s, to);
                 put_var(s, count);
             }
+            Framed::Args { values } => {
+                put_var(s, values.len() as u64);
+                for &v in values {
+                    put_var(s, zigzag(v));
+                }
+            }
+            Framed::RetVal { value } => put_var(s, zigzag(value)),
+            Framed::Marker { d, name, text } => {
+                put_var(s, d);
+                put_bytes(s, name);
+                put_bytes(s, text);
+            }
         }
     }
 
@@ -349,7 +389,8 @@ impl Framed<'_> {
         match *self {
             Framed::ThreadStart { d, .. }
             | Framed::ThreadExit { d, .. }
-            | Framed::Lost { d, .. } => d,
+            | Framed::Lost { d, .. }
+            | Framed::Marker { d, .. } => d,
             _ => 0,
         }
     }
@@ -494,6 +535,25 @@ pub enum Record {
     Module(ModuleInfo),
     /// Source site description.
     Site(SiteInfo),
+    /// Argument values of the call entered just before.
+    Args {
+        /// The values.
+        values: Vec<i64>,
+    },
+    /// Return value of the innermost open call (its exit follows).
+    RetVal {
+        /// The value.
+        value: i64,
+    },
+    /// A marker event.
+    Marker {
+        /// Absolute TSC.
+        tsc: u64,
+        /// Marker name.
+        name: String,
+        /// Its arguments, formatted.
+        text: String,
+    },
     /// A counted call-graph arc.
     Arc {
         /// Call site in the caller.
@@ -775,6 +835,32 @@ impl<'a> Decoder<'a> {
                     file,
                     line: u32::try_from(line).unwrap_or(u32::MAX),
                 })
+            }
+            TAG_ARGS => {
+                let n = var(&mut p)?;
+                // Each value takes at least one byte: bound before allocating.
+                if n > body.len() as u64 {
+                    return None;
+                }
+                let mut values = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    values.push(unzigzag(var(&mut p)?));
+                }
+                Record::Args { values }
+            }
+            TAG_RETVAL => Record::RetVal {
+                value: unzigzag(var(&mut p)?),
+            },
+            TAG_MARKER => {
+                let d = var(&mut p)?;
+                let name = string(&mut p)?;
+                let text = string(&mut p)?;
+                self.tsc = self.tsc.wrapping_add(d);
+                Record::Marker {
+                    tsc: self.tsc,
+                    name,
+                    text,
+                }
             }
             TAG_ARC => Record::Arc {
                 from: var(&mut p)?,
