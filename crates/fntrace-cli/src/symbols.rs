@@ -68,6 +68,7 @@ pub struct Symbolizer<'m> {
     meta: &'m Metadata,
     modules: Vec<Option<ModuleSyms>>,
     cache: HashMap<u64, String>,
+    lines: HashMap<u64, Option<String>>,
 }
 
 impl<'m> Symbolizer<'m> {
@@ -77,6 +78,7 @@ impl<'m> Symbolizer<'m> {
             meta,
             modules: meta.modules.iter().map(|_| None).collect(),
             cache: HashMap::default(),
+            lines: HashMap::default(),
         }
     }
 
@@ -93,6 +95,15 @@ impl<'m> Symbolizer<'m> {
     /// source instrumentation, else from the module's DWARF (with the
     /// functions an inlined address was inlined into).
     pub fn srcline(&mut self, key: u64) -> Option<String> {
+        if let Some(l) = self.lines.get(&key) {
+            return l.clone();
+        }
+        let l = self.srcline_uncached(key);
+        self.lines.insert(key, l.clone());
+        l
+    }
+
+    fn srcline_uncached(&mut self, key: u64) -> Option<String> {
         if let Some(s) = self.meta.sites.get(&key) {
             return Some(format!("{}:{}", s.file, s.line));
         }
