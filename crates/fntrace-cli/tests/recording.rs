@@ -63,12 +63,17 @@ mod scen {
 }
 
 fn run_child(scenario: &str) -> (tempfile::TempDir, PathBuf) {
+    run_child_env(scenario, &[])
+}
+
+fn run_child_env(scenario: &str, env: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t.data");
     let st = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child", "--nocapture", "--test-threads=1"])
         .env("SCENARIO", scenario)
         .env("FNTRACE_OUTPUT", &out)
+        .envs(env.iter().copied())
         .status()
         .unwrap();
     assert!(st.success(), "scenario {scenario} failed");
@@ -121,6 +126,10 @@ fn child() {
             }
         }
         "async" => assert_eq!(block_on(scen::pending_once()), 5),
+        "filter" => {
+            assert_eq!(scen::early(5), 1);
+            assert_eq!(scen::fib(10), 55);
+        }
         _ => panic!("unknown scenario"),
     }
 }
@@ -395,4 +404,23 @@ fn replay_depth_threshold_filter_and_srcline() {
         let ns = fntrace_cli::analysis::parse_duration(&d.replace(' ', "")).unwrap();
         assert!(ns >= 2_000, "{l:?}");
     }
+}
+
+#[test]
+fn record_time_filters_apply_to_instrument_fn_sites() {
+    let count = |env: &[(&str, &str)]| {
+        let (_d, p) = run_child_env("filter", env);
+        let t = Trace::open(&p).unwrap();
+        let rows = report_rows(&t, false, SortKey::Name);
+        let c = |f: &str| rows.iter().find(|r| r.function == f).map_or(0, |r| r.calls);
+        (c("recording::scen::fib"), c("recording::scen::early"))
+    };
+    assert_eq!(count(&[]), (177, 1));
+    assert_eq!(count(&[("FNTRACE_FILTER", "::fib$")]), (177, 0));
+    assert_eq!(count(&[("FNTRACE_NOTRACE", "::fib$")]), (0, 1));
+    assert_eq!(count(&[("FNTRACE_DEPTH", "2")]), (3, 1));
+    assert_eq!(
+        count(&[("FNTRACE_FILTER", "::fib$"), ("FNTRACE_DEPTH", "2")]),
+        (3, 0)
+    );
 }

@@ -127,6 +127,19 @@ fn classify_slow(func: u64, i: usize) -> u8 {
     class
 }
 
+/// The `-F`/`-N` class of a source-instrumented site, by its name (cached
+/// in the site).
+pub(crate) fn site_class(site: &crate::site::Site) -> u8 {
+    let c = site.class.load(Ordering::Relaxed);
+    if c != u8::MAX {
+        return c;
+    }
+    let pats = PATTERNS.lock().unwrap_or_else(|e| e.into_inner());
+    let c = pats.as_ref().map_or(NORMAL, |p| p.class(site.name));
+    site.class.store(c, Ordering::Relaxed);
+    c
+}
+
 /// Demangles a Rust or C++ symbol for matching.
 pub(crate) fn demangle(name: &str) -> String {
     if let Ok(d) = rustc_demangle::try_demangle(name) {

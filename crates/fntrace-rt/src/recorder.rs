@@ -355,27 +355,88 @@ unsafe fn put_long(t: &mut ThreadState, ev: Compact) {
     }
 }
 
-/// Records the entry of a source-instrumented function; returns whether the
-/// entry was recorded (then the exit must be recorded too).
+/// What a source-instrumented call must undo at its exit (a bit set).
+pub(crate) const G_RECORDED: u8 = 1;
+/// The call opened a `-F` region.
+pub(crate) const G_TRACE: u8 = 2;
+/// The call opened a `-N` region.
+pub(crate) const G_NOTRACE: u8 = 4;
+
+/// Records the entry of a source-instrumented function; returns what its
+/// exit must undo (`G_*` bits; 0: nothing was recorded).
 #[inline]
 pub(crate) fn record_site_entry(
     site: &'static Site,
     self_type: Option<fn() -> &'static str>,
-) -> bool {
+) -> u8 {
     let t = state();
     let sid = SESSION.load(Ordering::Relaxed);
     if t.session != sid || t.busy {
         return entry_slow(t, site, self_type);
     }
+    let feat = filter::features();
     t.busy = true;
     compiler_fence(Ordering::SeqCst);
     if site.registered.load(Ordering::Relaxed) != sid {
         register_site(t, site, self_type, sid);
     }
-    record_entry_inner(t, site.key());
+    let mode = if feat == 0 {
+        record_entry_inner(t, site.key());
+        G_RECORDED
+    } else {
+        site_entry_filtered(t, site, feat)
+    };
     compiler_fence(Ordering::SeqCst);
     t.busy = false;
-    true
+    mode
+}
+
+/// A site entry while `-F`/`-N`/`--depth` are in force: the same region
+/// rules as for compiler hooks, the site classified by its name once.
+#[cold]
+#[inline(never)]
+fn site_entry_filtered(t: &mut ThreadState, site: &'static Site, feat: u32) -> u8 {
+    let class = if feat & filter::FEAT_FILTERS != 0 {
+        filter::site_class(site)
+    } else {
+        filter::NORMAL
+    };
+    let inside = !filter::has_trace_filters() || t.trace_regions > 0 || class == filter::TRACE;
+    let record = inside
+        && t.notrace_regions == 0
+        && class != filter::NOTRACE
+        && (feat & filter::FEAT_DEPTH == 0 || filter::depth_ok(t.depth));
+    let mut mode = 0;
+    if record {
+        record_entry_inner(t, site.key());
+        mode |= G_RECORDED;
+    }
+    if class == filter::TRACE {
+        t.trace_regions += 1;
+        mode |= G_TRACE;
+    }
+    if class == filter::NOTRACE {
+        t.notrace_regions += 1;
+        mode |= G_NOTRACE;
+    }
+    mode
+}
+
+/// The exit of a source-instrumented call whose entry returned `mode`.
+#[inline]
+pub(crate) fn site_exit(mode: u8) {
+    if mode & (G_TRACE | G_NOTRACE) != 0 {
+        let t = state();
+        if mode & G_TRACE != 0 {
+            t.trace_regions = t.trace_regions.saturating_sub(1);
+        }
+        if mode & G_NOTRACE != 0 {
+            t.notrace_regions = t.notrace_regions.saturating_sub(1);
+        }
+    }
+    if mode & G_RECORDED != 0 {
+        record_exit();
+    }
 }
 
 #[inline(always)]
@@ -819,9 +880,9 @@ fn entry_slow(
     t: &mut ThreadState,
     site: &'static Site,
     self_type: Option<fn() -> &'static str>,
-) -> bool {
+) -> u8 {
     if !attach_slow(t) {
-        return false;
+        return 0;
     }
     record_site_entry(site, self_type)
 }

@@ -20,6 +20,8 @@ pub struct Site {
     pub(crate) line: u32,
     /// Session in which this site's description was written to the trace.
     pub(crate) registered: AtomicU32,
+    /// `-F`/`-N` class of the site by its name (`u8::MAX`: not yet known).
+    pub(crate) class: core::sync::atomic::AtomicU8,
 }
 
 impl Site {
@@ -31,6 +33,7 @@ impl Site {
             file,
             line,
             registered: AtomicU32::new(0),
+            class: core::sync::atomic::AtomicU8::new(u8::MAX),
         }
     }
 
@@ -51,14 +54,15 @@ impl Site {
 #[must_use = "the guard records the exit when it is dropped"]
 #[derive(Debug)]
 pub struct Guard {
-    active: bool,
+    /// What the exit must undo (the recorder's `G_*` bits).
+    mode: u8,
 }
 
 impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
-        if self.active {
-            recorder::record_exit();
+        if self.mode != 0 {
+            recorder::site_exit(self.mode);
         }
     }
 }
@@ -70,10 +74,10 @@ impl Drop for Guard {
 #[inline(always)]
 pub fn enter(site: &'static Site) -> Guard {
     if !recorder::is_active() {
-        return Guard { active: false };
+        return Guard { mode: 0 };
     }
     Guard {
-        active: recorder::record_site_entry(site, None),
+        mode: recorder::record_site_entry(site, None),
     }
 }
 
@@ -83,10 +87,10 @@ pub fn enter(site: &'static Site) -> Guard {
 #[inline(always)]
 pub fn enter_method(site: &'static Site, self_type: fn() -> &'static str) -> Guard {
     if !recorder::is_active() {
-        return Guard { active: false };
+        return Guard { mode: 0 };
     }
     Guard {
-        active: recorder::record_site_entry(site, Some(self_type)),
+        mode: recorder::record_site_entry(site, Some(self_type)),
     }
 }
 
