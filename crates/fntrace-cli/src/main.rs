@@ -31,7 +31,7 @@ struct Cli {
 enum Cmd {
     /// Run a command and record its function calls.
     Record {
-        /// Output file.
+        /// Output file (`{name}` in it stands for the program's name).
         #[arg(short, long, default_value = "fntrace.data")]
         output: PathBuf,
         /// Largest trace size (e.g. 512M, 4G); later events are counted as lost.
@@ -555,7 +555,19 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
             eprintln!("fntrace: warning: {}", probe::build_advice(&command[0]));
         }
     }
-    let output = std::path::absolute(output)?;
+    // `{name}` in the file name stands for the program's name (so that one
+    // runner setting gives every program its own trace).
+    let output = match output.file_name().and_then(|n| n.to_str()) {
+        Some(n) if n.contains("{name}") => {
+            let prog = Path::new(&command[0])
+                .file_name()
+                .map(|p| p.to_string_lossy().replace(['/', '\\'], "_"))
+                .unwrap_or_else(|| "prog".into());
+            output.with_file_name(n.replace("{name}", &prog))
+        }
+        _ => output.to_path_buf(),
+    };
+    let output = std::path::absolute(&output)?;
     match std::fs::remove_file(&output) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}

@@ -206,3 +206,52 @@ fn main() {
         "an off function was patched: {rows:?}"
     );
 }
+
+#[test]
+fn cargo_fntrace_test_gives_each_test_binary_its_own_trace() {
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
+    let d = tempfile::tempdir().unwrap();
+    let proj = project(d.path(), "");
+    std::fs::write(
+        proj.join("src/main.rs"),
+        r#"#[inline(never)]
+fn fib(n: u64) -> u64 { if n < 2 { n } else { fib(std::hint::black_box(n - 1)) + fib(std::hint::black_box(n - 2)) } }
+fn main() { println!("{}", fib(5)); }
+#[test]
+fn fib_works() { assert_eq!(fib(10), 55); }
+"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(proj.join("tests")).unwrap();
+    std::fs::write(
+        proj.join("tests/other.rs"),
+        "#[test]\nfn trivial() { assert_eq!(1 + 1, 2); }\n",
+    )
+    .unwrap();
+    let out = Command::new(&bin)
+        .args(["fntrace", "test", "--instrument=mcount"])
+        .current_dir(&proj)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let traces: Vec<String> = std::fs::read_dir(proj.join("target/fntrace/mcount"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".data"))
+        .collect();
+    assert!(traces.iter().any(|n| n.starts_with("demo-")), "{traces:?}");
+    assert!(traces.iter().any(|n| n.starts_with("other-")), "{traces:?}");
+    let unit = traces.iter().find(|n| n.starts_with("demo-")).unwrap();
+    let t = fntrace_format::Trace::open(proj.join("target/fntrace/mcount").join(unit)).unwrap();
+    let rows = fntrace_cli::commands::report_rows(&t, true, fntrace_cli::commands::SortKey::Name);
+    let fib: u64 = rows
+        .iter()
+        .filter(|r| r.function == "demo::fib")
+        .map(|r| r.calls)
+        .sum();
+    assert_eq!(fib, 177);
+}

@@ -213,7 +213,13 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
                 .env(ENV_WRAP_MEMBERS, meta.members.join("\x1f"));
         }
     }
-    let trace = trace.unwrap_or_else(|| target_dir.join("fntrace.data"));
+    // `test` runs several binaries: each gets its own trace.
+    let default_name = if sub == "test" {
+        "{name}.data"
+    } else {
+        "fntrace.data"
+    };
+    let trace = trace.unwrap_or_else(|| target_dir.join(default_name));
     if sub != "build" {
         let me = std::env::current_exe().map_err(|e| e.to_string())?;
         let fntrace = me.with_file_name("fntrace");
@@ -232,6 +238,11 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
             "cargo-fntrace: trace in {} (fntrace report {})",
             trace.display(),
             trace.display()
+        );
+    } else if sub == "test" {
+        eprintln!(
+            "cargo-fntrace: one trace per test binary in {} (NAME.data)",
+            target_dir.display()
         );
     }
     Ok(ExitCode::from(st.code().unwrap_or(1) as u8))
