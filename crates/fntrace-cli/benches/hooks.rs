@@ -17,22 +17,28 @@ const N: &str = "30";
 const CALLS: f64 = 2_692_537.0;
 const RUNS: usize = 7;
 
-fn gcc(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+/// Builds `examples/workloads/fib.c` with `cc -O2 -fno-optimize-sibling-calls`
+/// and `flags` into `dir/name`.
+fn build(cc: &str, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let src = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/workloads/fib.c"
     );
     let out = dir.join(name);
-    let st = Command::new("gcc")
+    let st = Command::new(cc)
         .args(["-O2", "-fno-optimize-sibling-calls"])
         .args(flags)
         .arg("-o")
         .arg(&out)
         .arg(src)
         .status()
-        .expect("gcc");
+        .unwrap_or_else(|e| panic!("{cc}: {e}"));
     assert!(st.success());
     out
+}
+
+fn gcc(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    build("gcc", dir, name, flags)
 }
 
 /// Best wall time of `RUNS` runs, in seconds.
@@ -146,23 +152,7 @@ fn main() {
     let mut fdr_t = None;
     let mut xray_on = None;
     if clang {
-        let cc = |name: &str, flags: &[&str]| {
-            let src = concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../examples/workloads/fib.c"
-            );
-            let out = dir.join(name);
-            let st = Command::new("clang-14")
-                .args(["-O2", "-fno-optimize-sibling-calls"])
-                .args(flags)
-                .arg("-o")
-                .arg(&out)
-                .arg(src)
-                .status()
-                .expect("clang-14");
-            assert!(st.success());
-            out
-        };
+        let cc = |name: &str, flags: &[&str]| build("clang-14", dir, name, flags);
         let cplain = cc("fib-clang", &[]);
         let cx = cc(
             "fib-xray",

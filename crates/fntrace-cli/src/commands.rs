@@ -178,6 +178,15 @@ pub enum Format {
     Csv,
 }
 
+/// A CSV field, quoted when it holds a comma or a quote.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
 /// Writes a report.
 pub fn write_report(out: &mut dyn Write, rows: &[Row], format: Format) -> io::Result<()> {
     match format {
@@ -191,11 +200,7 @@ pub fn write_report(out: &mut dyn Write, rows: &[Row], format: Format) -> io::Re
                 "function,tid,calls,total_ns,self_ns,avg_ns,min_ns,max_ns"
             )?;
             for r in rows {
-                let f = if r.function.contains([',', '"']) {
-                    format!("\"{}\"", r.function.replace('"', "\"\""))
-                } else {
-                    r.function.clone()
-                };
+                let f = csv_field(&r.function);
                 writeln!(
                     out,
                     "{},{},{},{},{},{},{},{}",
@@ -938,11 +943,7 @@ pub fn write_diff(out: &mut dyn Write, rows: &[DiffRow], format: Format) -> io::
                 "function,calls_a,calls_b,total_ns_a,total_ns_b,self_ns_a,self_ns_b,delta_total_ns"
             )?;
             for r in rows {
-                let f = if r.function.contains([',', '"']) {
-                    format!("\"{}\"", r.function.replace('"', "\"\""))
-                } else {
-                    r.function.clone()
-                };
+                let f = csv_field(&r.function);
                 writeln!(
                     out,
                     "{f},{},{},{},{},{},{},{}",

@@ -4,17 +4,13 @@
 
 use std::process::Command;
 
+mod common;
+
 #[test]
 fn cargo_fntrace_run_mcount_records_a_fresh_project() {
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
-    let dir = bin.parent().unwrap();
     // The preload library must sit next to the binaries.
-    let mut c = Command::new(env!("CARGO"));
-    c.args(["build", "-q", "-p", "fntrace-preload"]);
-    if dir.ends_with("release") {
-        c.arg("--release");
-    }
-    assert!(c.status().unwrap().success());
+    common::preload();
     let d = tempfile::tempdir().unwrap();
     let proj = d.path().join("demo");
     std::fs::create_dir_all(proj.join("src")).unwrap();
@@ -162,7 +158,7 @@ fn static_runtime_and_gprof_linking() {
 #[test]
 fn cargo_fntrace_xray_never_patches_functions_marked_off() {
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
-    ensure_preload(&bin);
+    common::preload();
     let d = tempfile::tempdir().unwrap();
     let facade = concat!(env!("CARGO_MANIFEST_DIR"), "/../fntrace");
     let proj = project(d.path(), &format!("fntrace = {{ path = \"{facade}\" }}"));
@@ -211,7 +207,7 @@ fn main() {
 #[test]
 fn cargo_fntrace_test_gives_each_test_binary_its_own_trace() {
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
-    ensure_preload(&bin);
+    common::preload();
     let d = tempfile::tempdir().unwrap();
     let proj = project(d.path(), "");
     std::fs::write(
@@ -256,16 +252,4 @@ fn fib_works() { assert_eq!(fib(10), 55); }
         .map(|r| r.calls)
         .sum();
     assert_eq!(fib, 177);
-}
-
-/// Builds the preload library next to the binaries (tests run in any
-/// order, and a clean checkout has none yet).
-fn ensure_preload(bin: &std::path::Path) {
-    let dir = bin.parent().unwrap();
-    let mut c = Command::new(env!("CARGO"));
-    c.args(["build", "-q", "-p", "fntrace-preload"]);
-    if dir.ends_with("release") {
-        c.arg("--release");
-    }
-    assert!(c.status().unwrap().success());
 }

@@ -6,20 +6,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn fntrace() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_fntrace"))
-}
-
-fn preload() -> PathBuf {
-    let dir = fntrace().parent().unwrap().to_path_buf();
-    let mut c = Command::new(env!("CARGO"));
-    c.args(["build", "-q", "-p", "fntrace-preload"]);
-    if dir.ends_with("release") {
-        c.arg("--release");
-    }
-    assert!(c.status().unwrap().success());
-    dir.join("libfntrace_preload.so")
-}
+mod common;
+use common::{fntrace_bin as fntrace, preload};
 
 fn gcc(dir: &Path, src: &str, name: &str, flags: &[&str]) -> PathBuf {
     let out = dir.join(name);

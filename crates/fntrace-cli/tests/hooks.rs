@@ -8,36 +8,15 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use fntrace_cli::analysis::{Call, Visitor, walk_thread};
 use fntrace_cli::commands::{SortKey, report_rows};
 use fntrace_format::Trace;
 
+mod common;
+use common::{fntrace_bin, preload};
+
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hooks");
-
-fn fntrace_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_fntrace"))
-}
-
-/// Builds the preload library of the same profile once.
-fn preload() -> PathBuf {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = fntrace_bin().parent().unwrap().to_path_buf();
-        let mut c = Command::new(env!("CARGO"));
-        c.args(["build", "-q", "-p", "fntrace-preload"]);
-        if dir.ends_with("release") {
-            c.arg("--release");
-        }
-        let st = c.status().expect("cargo");
-        assert!(st.success(), "building fntrace-preload failed");
-        let p = dir.join("libfntrace_preload.so");
-        assert!(p.is_file(), "{} missing", p.display());
-        p
-    })
-    .clone()
-}
 
 fn compile(tool: &str, args: &[&str]) {
     let out = Command::new(tool)

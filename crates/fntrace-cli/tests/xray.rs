@@ -6,11 +6,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use fntrace_cli::analysis::{Call, Visitor, walk_thread};
 use fntrace_cli::commands::{SortKey, report_rows};
 use fntrace_format::Trace;
+
+mod common;
+use common::{fntrace_bin, preload};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xray");
 const FIB_C: &str = concat!(
@@ -21,28 +23,6 @@ const FIB_RS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../examples/workloads/fib.rs"
 );
-
-fn fntrace_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_fntrace"))
-}
-
-fn preload() -> PathBuf {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = fntrace_bin().parent().unwrap().to_path_buf();
-        let mut c = Command::new(env!("CARGO"));
-        c.args(["build", "-q", "-p", "fntrace-preload"]);
-        if dir.ends_with("release") {
-            c.arg("--release");
-        }
-        assert!(
-            c.status().unwrap().success(),
-            "building fntrace-preload failed"
-        );
-        dir.join("libfntrace_preload.so")
-    })
-    .clone()
-}
 
 fn run(tool: &str, args: &[&str]) -> String {
     let out = Command::new(tool)

@@ -17,7 +17,6 @@ pub(crate) const TRACE: u8 = 1;
 /// A `-N` function: neither it nor its callees are recorded.
 pub(crate) const NOTRACE: u8 = 2;
 
-static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Bits of the features the hook hot path must look at (0: none, the
 /// common case, tested with one load).
 static FEATURES: AtomicU32 = AtomicU32::new(0);
@@ -170,10 +169,10 @@ pub(crate) fn scan_new_modules() {
     });
     for (start, bias, path) in mods {
         scanned.push(start);
-        let Ok(data) = std::fs::read(&path) else {
+        let Some(map) = crate::procinfo::FileMap::open(&path) else {
             continue;
         };
-        let Ok(obj) = object::File::parse(&*data) else {
+        let Ok(obj) = object::File::parse(map.as_slice()) else {
             continue;
         };
         use object::{Object, ObjectSymbol};
@@ -233,7 +232,6 @@ pub fn set_filters(trace: &[&str], notrace: &[&str]) -> Result<(), String> {
     HAS_TRACE.store(!p.trace.is_empty(), Ordering::Relaxed);
     *PATTERNS.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
     scan_new_modules();
-    ACTIVE.store(any, Ordering::Release);
     set_feature(FEAT_FILTERS, any);
     Ok(())
 }

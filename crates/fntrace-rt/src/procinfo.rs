@@ -180,6 +180,52 @@ pub fn exe_path() -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// A read-only private mapping of a whole file (ELF files are parsed in
+/// place instead of being read into memory).
+pub(crate) struct FileMap {
+    p: *mut libc::c_void,
+    len: usize,
+}
+
+impl FileMap {
+    /// Maps `path`; `None` if it cannot be opened or is empty.
+    pub(crate) fn open(path: &std::path::Path) -> Option<FileMap> {
+        use std::os::unix::io::AsRawFd;
+        let file = std::fs::File::open(path).ok()?;
+        let len = file.metadata().ok()?.len() as usize;
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: a fresh read-only private mapping of an open file. If the
+        // file is truncated while mapped, reads past its end fault; the
+        // objects mapped are loaded code, which is not rewritten in place.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then_some(FileMap { p, len })
+    }
+
+    /// The file's bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: `p` maps `len` readable bytes for the life of `self`.
+        unsafe { core::slice::from_raw_parts(self.p.cast(), self.len) }
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping.
+        unsafe { libc::munmap(self.p, self.len) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -866,11 +866,6 @@ pub fn guarded(f: impl FnOnce()) -> bool {
     true
 }
 
-/// The calling thread's shadow-stack depth (for tests and diagnostics).
-pub fn shadow_depth() -> usize {
-    with_state(|t| t.shadow.len)
-}
-
 // ---------------------------------------------------------------------------
 // Slow paths.
 

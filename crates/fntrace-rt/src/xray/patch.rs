@@ -114,7 +114,7 @@ pub fn scan() -> bool {
             none.push((start, path));
             continue;
         }
-        let sl = found.unwrap_or_default();
+        let (sl, off_table) = found.map_or((vec![], None), |f| (f.sleds, f.off_table));
         let mut funcs: Vec<u64> = vec![];
         for s in &sl {
             if funcs.len() < s.id as usize {
@@ -126,7 +126,7 @@ pub fn scan() -> bool {
             // SAFETY: sleds are inside the object's mapped, readable text.
             .map(|s| unsafe { [*(s.addr as *const u8), *((s.addr + 1) as *const u8)] })
             .collect();
-        let off = read_off_table(&path, bias);
+        let off = off_table.map_or(vec![], |(addr, size)| read_off_table(addr, size));
         let id = objs.len();
         if id >= FUNCS.len() {
             break;
@@ -148,21 +148,11 @@ pub fn scan() -> bool {
     objs.iter().any(|o| o.alive && !o.sleds.is_empty())
 }
 
-/// Function addresses listed by `#[instrument_fn = "off"]` in section
-/// `fntrace_off` (8-byte addresses, relocated in memory).
-fn read_off_table(path: &std::path::Path, bias: u64) -> Vec<u64> {
-    use object::{Object, ObjectSection};
-    let Ok(data) = std::fs::read(path) else {
-        return vec![];
-    };
-    let Ok(obj) = object::File::parse(&*data) else {
-        return vec![];
-    };
-    let Some(sec) = obj.section_by_name("fntrace_off") else {
-        return vec![];
-    };
-    let addr = sec.address().wrapping_add(bias);
-    (0..sec.size() / 8)
+/// Function addresses listed by `#[instrument_fn = "off"]` in the
+/// `fntrace_off` table at run-time address `addr` (8-byte addresses,
+/// relocated in memory).
+fn read_off_table(addr: u64, size: u64) -> Vec<u64> {
+    (0..size / 8)
         // SAFETY: the section is allocated (it holds statics) and mapped.
         .map(|i| unsafe { ((addr + 8 * i) as *const u64).read_unaligned() })
         .collect()
@@ -172,10 +162,10 @@ fn read_off_table(path: &std::path::Path, bias: u64) -> Vec<u64> {
 /// name), from the object's symbol tables.
 pub fn function_names(o: &XObject) -> Vec<(u64, String)> {
     use object::{Object, ObjectSymbol};
-    let Ok(data) = std::fs::read(&o.path) else {
+    let Some(map) = crate::procinfo::FileMap::open(&o.path) else {
         return vec![];
     };
-    let Ok(obj) = object::File::parse(&*data) else {
+    let Ok(obj) = object::File::parse(map.as_slice()) else {
         return vec![];
     };
     let mut out = vec![];

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use object::{Object, ObjectSection};
+use object::ObjectSection;
 
 /// Sled kinds (the `kind` byte).
 pub mod kind {
@@ -43,16 +43,30 @@ pub struct Sled {
     pub id: u32,
 }
 
-/// The sleds of one object, or `None` if it has no `xray_instr_map`.
-pub fn read(path: &Path, bias: u64) -> Option<Vec<Sled>> {
-    let file = std::fs::File::open(path).ok()?;
-    // SAFETY: a read-only private mapping of a file we only read; if the
-    // file changes underneath, parsing may fail, which is handled.
-    let map = unsafe { memmap(&file)? };
+/// What an object's ELF file says for XRay.
+pub struct ObjectSleds {
+    /// Its sleds, in section order.
+    pub sleds: Vec<Sled>,
+    /// Run-time address and size of its `fntrace_off` table (function
+    /// addresses written by `#[instrument_fn = "off"]`), if it has one.
+    pub off_table: Option<(u64, u64)>,
+}
+
+/// The sleds of one object, or `None` if it has no `xray_instr_map`. The
+/// file is parsed once, for the sleds and the `fntrace_off` table.
+pub fn read(path: &Path, bias: u64) -> Option<ObjectSleds> {
+    use object::Object;
+    let map = crate::procinfo::FileMap::open(path)?;
     let obj = object::File::parse(map.as_slice()).ok()?;
     let sec = obj.section_by_name("xray_instr_map")?;
     let data = sec.data().ok()?;
-    Some(parse(data, sec.address(), bias))
+    let off_table = obj
+        .section_by_name("fntrace_off")
+        .map(|s| (s.address().wrapping_add(bias), s.size()));
+    Some(ObjectSleds {
+        sleds: parse(data, sec.address(), bias),
+        off_table,
+    })
 }
 
 /// Parses entries of a section whose link-time address is `sec_addr`.
@@ -83,48 +97,6 @@ pub fn parse(data: &[u8], sec_addr: u64, bias: u64) -> Vec<Sled> {
         });
     }
     out
-}
-
-/// A read-only mapping of a whole file.
-struct Map {
-    p: *mut libc::c_void,
-    len: usize,
-}
-
-impl Map {
-    fn as_slice(&self) -> &[u8] {
-        // SAFETY: `p` maps `len` readable bytes for the life of `self`.
-        unsafe { core::slice::from_raw_parts(self.p.cast(), self.len) }
-    }
-}
-
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping.
-        unsafe { libc::munmap(self.p, self.len) };
-    }
-}
-
-/// # Safety
-/// The file must not be truncated while mapped (a SIGBUS otherwise).
-unsafe fn memmap(file: &std::fs::File) -> Option<Map> {
-    use std::os::unix::io::AsRawFd;
-    let len = file.metadata().ok()?.len() as usize;
-    if len == 0 {
-        return None;
-    }
-    // SAFETY: a fresh read-only private mapping of an open file.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    (p != libc::MAP_FAILED).then_some(Map { p, len })
 }
 
 #[cfg(test)]

@@ -1,0 +1,34 @@
+//! Helpers shared by the integration tests: the `fntrace` binary under
+//! test and the preload library of the same profile next to it.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The `fntrace` binary built for these tests.
+pub fn fntrace_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_fntrace"))
+}
+
+/// Builds `libfntrace_preload.so` of the same profile next to the binaries
+/// (once per test binary; tests run in any order and a clean checkout has
+/// none yet) and returns its path.
+pub fn preload() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = fntrace_bin().parent().unwrap().to_path_buf();
+        let mut c = Command::new(env!("CARGO"));
+        c.args(["build", "-q", "-p", "fntrace-preload"]);
+        if dir.ends_with("release") {
+            c.arg("--release");
+        }
+        let st = c.status().expect("cargo");
+        assert!(st.success(), "building fntrace-preload failed");
+        let p = dir.join("libfntrace_preload.so");
+        assert!(p.is_file(), "{} missing", p.display());
+        p
+    })
+    .clone()
+}
