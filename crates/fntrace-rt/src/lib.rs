@@ -9,6 +9,8 @@
 //!   cyg_profile), the shadow stack and the exit trampoline;
 //! - [`xray`]: an XRay runtime (sled discovery, patching, trampolines,
 //!   compiler-rt's C API);
+//! - [`patch`]: safe code patching shared by XRay, patchable entries and
+//!   marker static keys (writable windows, the `int3` protocol, stubs);
 //! - [`filter`]: record-time depth limit and function filters;
 //! - [`clock`]: TSC timestamps and their calibration;
 //! - [`procinfo`]: the process description written into the trace (module
@@ -20,6 +22,7 @@
 pub mod clock;
 pub mod filter;
 pub mod hooks;
+pub mod patch;
 pub mod procinfo;
 pub mod recorder;
 pub mod site;

@@ -6,9 +6,10 @@
 //! then the 2-byte head (`41 ba`, the start of `mov r10d, id`) with one
 //! atomic store. Unpatching stores the original head back (`eb 09`, or the
 //! `ret` and the byte after it). Code pages are made writable with one
-//! `mprotect` per run of contiguous pages and set back to read + execute.
-//! The call targets are stubs (`jmp [rip]` + address) on a page mapped
-//! within ±2 GiB of the object, since the trampolines may be farther.
+//! `mprotect` per run of contiguous pages and set back to read + execute
+//! ([`crate::patch::text`]). The call targets are stubs
+//! ([`crate::patch::stubs`]) within ±2 GiB of the object, since the
+//! trampolines may be farther.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -47,8 +48,8 @@ pub struct XObject {
     pub funcs: Vec<u64>,
     /// Functions never to patch (`#[instrument_fn = "off"]`).
     off: Vec<u64>,
-    /// Stub page (entry, exit, tail, log-args stubs at 0, 16, 32, 48).
-    stubs: u64,
+    /// Stubs (entry, exit, tail, log-args), 0 until first patched.
+    stubs: [u64; 4],
     /// Still loaded.
     pub alive: bool,
 }
@@ -141,7 +142,7 @@ pub fn scan() -> bool {
             orig,
             funcs,
             off,
-            stubs: 0,
+            stubs: [0; 4],
             alive: true,
         });
     }
@@ -182,79 +183,18 @@ pub fn function_names(o: &XObject) -> Vec<(u64, String)> {
     out
 }
 
-/// Maps the stub page of `o` near it, once.
-fn stubs(o: &mut XObject) -> Result<u64, String> {
-    if o.stubs != 0 {
+/// The stubs of `o` (entry, exit, tail, log-args), mapped near it once.
+fn stubs(o: &mut XObject) -> Result<[u64; 4], String> {
+    if o.stubs[0] != 0 {
         return Ok(o.stubs);
     }
-    let targets = super::tramp::targets();
-    let near = |p: u64| {
-        let lo = o.start.min(p);
-        let hi = (o.start + o.size).max(p + 4096);
-        hi - lo < (1 << 31) - 4096
-    };
-    let mut page = 0u64;
-    for k in 1..64u64 {
-        for hint in [
-            o.start.saturating_sub(k << 24) & !0xfff,
-            (o.start + o.size + (k << 24)) & !0xfff,
-        ] {
-            // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
-            let p = unsafe {
-                libc::mmap(
-                    hint as *mut libc::c_void,
-                    4096,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                continue;
-            }
-            if near(p as u64) {
-                page = p as u64;
-                break;
-            }
-            // SAFETY: unmapping the page we just mapped.
-            unsafe { libc::munmap(p, 4096) };
-        }
-        if page != 0 {
-            break;
-        }
+    let what = o.path.display().to_string();
+    let mut out = [0u64; 4];
+    for (slot, t) in out.iter_mut().zip(super::tramp::targets()) {
+        *slot = crate::patch::stubs::stub(t, o.start, o.start + o.size, &what)?;
     }
-    if page == 0 {
-        return Err(format!(
-            "{}: no free page within 2 GiB of it for XRay trampolines",
-            o.path.display()
-        ));
-    }
-    for (i, t) in targets.iter().enumerate() {
-        let mut stub = [0u8; 16];
-        stub[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
-        stub[6..14].copy_from_slice(&t.to_le_bytes());
-        // SAFETY: the page is ours, writable, 4096 bytes.
-        unsafe {
-            core::ptr::copy_nonoverlapping(stub.as_ptr(), (page + 16 * i as u64) as *mut u8, 16)
-        };
-    }
-    // SAFETY: our page; from now on it is only executed.
-    if unsafe {
-        libc::mprotect(
-            page as *mut libc::c_void,
-            4096,
-            libc::PROT_READ | libc::PROT_EXEC,
-        )
-    } != 0
-    {
-        return Err(format!(
-            "cannot make the XRay trampoline page executable: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    o.stubs = page;
-    Ok(page)
+    o.stubs = out;
+    Ok(out)
 }
 
 /// Patches (`on`) or unpatches the sleds of `o` selected by `pick`.
@@ -267,73 +207,36 @@ fn patch_object(
     if !o.alive {
         return Ok(0);
     }
-    let stub = if on { stubs(o)? } else { 0 };
-    let mut todo: Vec<usize> = (0..o.sleds.len())
+    let stub = if on { stubs(o)? } else { [0; 4] };
+    let todo: Vec<usize> = (0..o.sleds.len())
         .filter(|&i| {
             let s = &o.sleds[i];
             s.kind <= kind::LOG_ARGS && pick(s) && !(on && o.off.contains(&s.func))
         })
         .collect();
-    todo.sort_by_key(|&i| o.sleds[i].addr);
-    let page = |a: u64| a & !0xfff;
-    let mut k = 0;
-    let mut n = 0;
-    while k < todo.len() {
-        // One run of contiguous pages.
-        let first = page(o.sleds[todo[k]].addr);
-        let mut last = page(o.sleds[todo[k]].addr + 10);
-        let mut end = k + 1;
-        while end < todo.len() && page(o.sleds[todo[end]].addr) <= last + 4096 {
-            last = last.max(page(o.sleds[todo[end]].addr + 10));
-            end += 1;
+    let ranges: Vec<(u64, u64)> = todo.iter().map(|&i| (o.sleds[i].addr, 11)).collect();
+    let _w = crate::patch::text::Writable::open(&ranges, &o.path.display().to_string())?;
+    for &i in &todo {
+        let s = o.sleds[i];
+        if on {
+            write_patched(&s, (obj as u32) << 24 | s.id, &stub);
+        } else {
+            // SAFETY: the sled's page is writable (`_w`); the original head
+            // (a jump over the sled, or the `ret`) is valid whatever bytes
+            // 2..11 hold.
+            unsafe { crate::patch::text::store2(s.addr, o.orig[i]) };
         }
-        let len = (last + 4096 - first) as usize;
-        // SAFETY: changes protection of the object's own text pages; they
-        // are restored right after.
-        let r = unsafe {
-            libc::mprotect(
-                first as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
-            )
-        };
-        if r != 0 {
-            return Err(format!(
-                "{}: cannot make code writable at {first:#x} ({}); the system forbids \
-                 writable code (W^X policy such as SELinux deny_execmem or PaX MPROTECT)",
-                o.path.display(),
-                std::io::Error::last_os_error()
-            ));
-        }
-        for &i in &todo[k..end] {
-            let s = o.sleds[i];
-            if on {
-                write_patched(&s, (obj as u32) << 24 | s.id, stub);
-            } else {
-                store_head(s.addr, o.orig[i]);
-            }
-            n += 1;
-        }
-        // SAFETY: as above; text is read + execute again.
-        unsafe {
-            libc::mprotect(
-                first as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_EXEC,
-            )
-        };
-        k = end;
     }
-    Ok(n)
+    Ok(todo.len())
 }
 
 /// Writes the call (or jump) of a patched sled, head last.
-fn write_patched(s: &Sled, id: u32, stub: u64) {
+fn write_patched(s: &Sled, id: u32, stub: &[u64; 4]) {
     let (target, op) = match s.kind {
-        kind::ENTRY => (stub, 0xe8u8),
-        kind::EXIT => (stub + 16, 0xe9),
-        kind::TAIL => (stub + 32, 0xe8),
-        _ => (stub + 48, 0xe8),
+        kind::ENTRY => (stub[0], 0xe8u8),
+        kind::EXIT => (stub[1], 0xe9),
+        kind::TAIL => (stub[2], 0xe8),
+        _ => (stub[3], 0xe8),
     };
     let rel = (target as i64 - (s.addr as i64 + 11)) as i32;
     let mut b = [0u8; 11];
@@ -344,38 +247,11 @@ fn write_patched(s: &Sled, id: u32, stub: u64) {
     b[7..11].copy_from_slice(&rel.to_le_bytes());
     // SAFETY: the page is writable (caller); bytes 2..11 are not executed
     // while the head is unpatched (a jump over them, or a `ret` before
-    // them); identical bytes are rewritten when already patched.
+    // them); identical bytes are rewritten when already patched. The head
+    // (`mov r10d`, whose immediate is already in place) is then one store.
     unsafe {
-        for (j, &x) in b.iter().enumerate().skip(2) {
-            core::ptr::write_volatile((s.addr + j as u64) as *mut u8, x);
-        }
-    }
-    store_head(s.addr, [b[0], b[1]]);
-}
-
-/// Stores a sled's first two bytes with one store. Exit sleds need not be
-/// 2-byte aligned; x86 makes a 16-bit store atomic when it does not cross
-/// a cache line, so one `mov word` is used; a head split across two lines
-/// (never seen from LLVM) is written byte by byte, tail first.
-fn store_head(addr: u64, head: [u8; 2]) {
-    let v = u16::from_le_bytes(head);
-    if addr % 64 != 63 {
-        // SAFETY: inside a writable text page (the caller's mprotect);
-        // other threads see the old or the new two bytes.
-        unsafe {
-            core::arch::asm!(
-                "mov word ptr [{a}], {v:x}",
-                a = in(reg) addr,
-                v = in(reg) v,
-                options(nostack, preserves_flags),
-            );
-        }
-    } else {
-        // SAFETY: as above.
-        unsafe {
-            core::ptr::write_volatile((addr + 1) as *mut u8, head[1]);
-            core::ptr::write_volatile(addr as *mut u8, head[0]);
-        }
+        crate::patch::text::write_bytes(s.addr + 2, &b[2..]);
+        crate::patch::text::store2(s.addr, [b[0], b[1]]);
     }
 }
 
@@ -387,6 +263,7 @@ pub fn patch_where(on: bool, pick: &dyn Fn(&Sled) -> bool) -> Result<usize, i32>
     let Ok(_g) = PATCHING.try_lock() else {
         return Err(status::ONGOING);
     };
+    let _code = crate::patch::lock();
     scan();
     let mut objs = OBJECTS.lock().unwrap_or_else(|e| e.into_inner());
     if !objs.iter().any(|o| !o.sleds.is_empty()) {
@@ -415,6 +292,7 @@ pub fn patch_function(id: i32, on: bool) -> i32 {
     let Ok(_g) = PATCHING.try_lock() else {
         return status::ONGOING;
     };
+    let _code = crate::patch::lock();
     let mut objs = OBJECTS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(o) = objs.get_mut(obj) else {
         return status::FAILED;

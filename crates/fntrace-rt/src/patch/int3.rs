@@ -1,0 +1,167 @@
+//! Changing a 5-byte instruction while other threads may execute it: the
+//! breakpoint protocol (as Linux's `text_poke_bp`).
+//!
+//! 1. write `int3` (`cc`) over the first byte, serialise every core;
+//! 2. write bytes 1–4, serialise;
+//! 3. write the new first byte, serialise.
+//!
+//! A thread that reaches the site during the change either runs the old
+//! instruction, the new one, or traps on the `int3`. The `SIGTRAP` handler
+//! recognises sites by their address (every patchable site is registered
+//! here first, with [`register`]) and steers the thread: while the site
+//! still holds `cc` it continues after the 5 bytes, which is what a 5-byte
+//! NOP does; once the site is complete (the trap was delivered after the
+//! last write) it re-executes the site. This is correct because every user
+//! of this module toggles a site between a 5-byte NOP and something else
+//! (`call`, `jmp`): skipping the site is one of the two states. Traps at
+//! other addresses go to the handler the program had installed before.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+use super::text::{self, Writable};
+
+/// The canonical 5-byte NOP (`nopl 0(%rax,%rax,1)`).
+pub const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+
+/// Registered site tables: leaked sorted address arrays, never freed.
+const TABLES: usize = 512;
+static SITES: [AtomicPtr<Vec<u64>>; TABLES] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; TABLES];
+static NSITES: AtomicUsize = AtomicUsize::new(0);
+static REGISTER: Mutex<()> = Mutex::new(());
+
+/// Registers addresses of 5-byte sites that [`poke5`] may change (the
+/// `SIGTRAP` handler recognises only these). Returns false when the
+/// registry is full (then the sites must not be patched live).
+pub fn register(mut addrs: Vec<u64>) -> bool {
+    if addrs.is_empty() {
+        return true;
+    }
+    addrs.sort_unstable();
+    addrs.dedup();
+    let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+    let n = NSITES.load(Ordering::Acquire);
+    if n >= TABLES {
+        return false;
+    }
+    SITES[n].store(Box::into_raw(Box::new(addrs)), Ordering::Release);
+    NSITES.store(n + 1, Ordering::Release);
+    true
+}
+
+/// Whether `addr` is a registered site. Async-signal-safe: reads only
+/// published, immutable tables.
+pub fn is_site(addr: u64) -> bool {
+    let n = NSITES.load(Ordering::Acquire);
+    SITES[..n].iter().any(|t| {
+        let p = t.load(Ordering::Acquire);
+        // SAFETY: published tables are leaked and never changed.
+        !p.is_null() && unsafe { (*p).binary_search(&addr).is_ok() }
+    })
+}
+
+/// The handler that was installed before ours (chained to for traps that
+/// are not ours).
+static mut OLD: core::mem::MaybeUninit<libc::sigaction> = core::mem::MaybeUninit::zeroed();
+static INSTALL: std::sync::Once = std::sync::Once::new();
+
+/// Installs the `SIGTRAP` handler once.
+fn install() {
+    INSTALL.call_once(|| {
+        // SAFETY: a zeroed sigaction is a valid value to fill in; `OLD` is
+        // written once here, before the handler can run (it is read only
+        // by the handler, after `sigaction` returns).
+        unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = on_sigtrap as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART | libc::SA_NODEFER;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(
+                libc::SIGTRAP,
+                &sa,
+                core::ptr::addr_of_mut!(OLD) as *mut libc::sigaction,
+            );
+        }
+    });
+}
+
+extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let uc = ctx as *mut libc::ucontext_t;
+    // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers;
+    // RIP is right after the `int3` that trapped.
+    let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] } as u64;
+    let site = rip.wrapping_sub(1);
+    if is_site(site) {
+        // SAFETY: a registered site is inside mapped code.
+        let b = unsafe { core::ptr::read_volatile(site as *const u8) };
+        let next = if b == 0xcc { site + 5 } else { site };
+        // SAFETY: as above; changing where the interrupted thread resumes.
+        unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] = next as i64 };
+        return;
+    }
+    // Not ours: behave as if we were not installed.
+    // SAFETY: `OLD` was written before our handler was installed.
+    let old = unsafe { *(core::ptr::addr_of!(OLD) as *const libc::sigaction) };
+    match old.sa_sigaction {
+        libc::SIG_IGN => {}
+        libc::SIG_DFL => {
+            // SAFETY: restore the default action and re-raise: the process
+            // dies of SIGTRAP as it would have without us.
+            unsafe {
+                libc::signal(libc::SIGTRAP, libc::SIG_DFL);
+                libc::raise(libc::SIGTRAP);
+            }
+        }
+        h if old.sa_flags & libc::SA_SIGINFO != 0 => {
+            // SAFETY: the program's own three-argument handler.
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { core::mem::transmute(h) };
+            f(sig, info, ctx)
+        }
+        h => {
+            // SAFETY: the program's own one-argument handler.
+            let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(h) };
+            f(sig)
+        }
+    }
+}
+
+/// Changes 5-byte sites, all in pages of `w`, to new contents while other
+/// threads may run them. Every address must have been [`register`]ed, and
+/// for each site either the old or the new bytes must be [`NOP5`]. The
+/// caller holds [`super::LOCK`].
+pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
+    // SAFETY: registered sites are inside mapped code.
+    let todo: Vec<(u64, [u8; 5])> = items
+        .iter()
+        .copied()
+        .filter(|&(a, new)| unsafe { text::read::<5>(a) } != new)
+        .collect();
+    if todo.is_empty() {
+        return;
+    }
+    debug_assert!(todo.iter().all(|&(a, _)| is_site(a)));
+    install();
+    let page = w.runs().first().map_or(0, |r| r.0);
+    // The sites are registered and inside pages `w` made writable; a
+    // thread reaching a site sees the old instruction, the new one, or the
+    // `int3`, whose trap the handler resolves.
+    for &(a, _) in &todo {
+        // SAFETY: one byte, the `int3`, over the first byte of the site.
+        unsafe { text::write_bytes(a, &[0xcc]) };
+    }
+    super::sync::serialize_all(page);
+    for &(a, new) in &todo {
+        // SAFETY: every core has seen the `cc`, so no thread decodes bytes
+        // 1–4 of the site while they change.
+        unsafe { text::write_bytes(a + 1, &new[1..]) };
+    }
+    super::sync::serialize_all(page);
+    for &(a, new) in &todo {
+        // SAFETY: bytes 1–4 are final on every core; one byte replaces the
+        // `cc`.
+        unsafe { text::write_bytes(a, &new[..1]) };
+    }
+    super::sync::serialize_all(page);
+}

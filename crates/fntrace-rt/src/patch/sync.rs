@@ -1,0 +1,77 @@
+//! Serialising every thread's instruction stream after code changed.
+//!
+//! Cross-modifying code on x86 requires each other core to execute a
+//! serialising instruction before it runs the new bytes.
+//! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)` (Linux 4.16+,
+//! after the process registered for it) does that for every thread of the
+//! process. Where it is unavailable, an `mprotect` of a code page forces a
+//! TLB shoot-down interrupt on every core running the process, and the
+//! return from that interrupt serialises too.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 5;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 6;
+
+/// 0 = not tried, 1 = registered, 2 = unavailable.
+static STATE: AtomicU8 = AtomicU8::new(0);
+
+/// Whether the expedited core-serialising membarrier is available (and
+/// registers the process for it the first time).
+pub fn available() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        1 => true,
+        2 => false,
+        _ => {
+            // SAFETY: plain system call with integer arguments.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+                    0,
+                    0,
+                )
+            };
+            let ok = r == 0;
+            STATE.store(if ok { 1 } else { 2 }, Ordering::Release);
+            ok
+        }
+    }
+}
+
+/// Makes every thread of the process execute a serialising instruction
+/// before it runs user code again. `page` is a code page the caller has
+/// made writable (used by the fallback; it is left writable).
+pub fn serialize_all(page: u64) {
+    if available() {
+        // SAFETY: plain system call; the process registered above.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE,
+                0,
+                0,
+            )
+        };
+        if r == 0 {
+            return;
+        }
+    }
+    let page = page & !4095;
+    // SAFETY: toggles a page the caller already made writable code back to
+    // read + execute and then writable again; the shoot-down interrupts
+    // are the point.
+    unsafe {
+        libc::mprotect(
+            page as *mut libc::c_void,
+            4096,
+            libc::PROT_READ | libc::PROT_EXEC,
+        );
+        libc::mprotect(
+            page as *mut libc::c_void,
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+        );
+    }
+    core::sync::atomic::fence(Ordering::SeqCst);
+}

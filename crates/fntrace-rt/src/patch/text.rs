@@ -1,0 +1,139 @@
+//! Writable windows over code pages and the stores that change code.
+//!
+//! A [`Writable`] makes the pages covering a set of byte ranges
+//! read + write + execute with one `mprotect` per run of contiguous pages
+//! and makes them read + execute again when dropped. The error names the
+//! object and the address, and says when a W^X policy is the likely cause.
+
+/// Page size on x86_64 Linux.
+const PAGE: u64 = 4096;
+
+/// Code pages made writable; restored to read + execute on drop.
+pub struct Writable {
+    runs: Vec<(u64, usize)>,
+}
+
+impl Writable {
+    /// Makes the pages covering every `(address, length)` range writable.
+    /// `what` names the object for error messages.
+    pub fn open(ranges: &[(u64, u64)], what: &str) -> Result<Writable, String> {
+        let mut pages: Vec<(u64, u64)> = ranges
+            .iter()
+            .filter(|r| r.1 > 0)
+            .map(|&(a, n)| (a & !(PAGE - 1), (a + n - 1) & !(PAGE - 1)))
+            .collect();
+        pages.sort_unstable();
+        let mut runs: Vec<(u64, usize)> = vec![];
+        for (first, last) in pages {
+            if let Some(r) = runs.last_mut() {
+                let end = r.0 + r.1 as u64;
+                if first <= end {
+                    r.1 = ((last + PAGE).max(end) - r.0) as usize;
+                    continue;
+                }
+            }
+            runs.push((first, (last + PAGE - first) as usize));
+        }
+        let mut w = Writable { runs: vec![] };
+        for (start, len) in runs {
+            // SAFETY: changes the protection of mapped code pages only
+            // (the callers pass ranges inside loaded objects' text or our
+            // own stub pages); they stay executable, and `Drop` restores
+            // read + execute.
+            let r = unsafe {
+                libc::mprotect(
+                    start as *mut libc::c_void,
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+                )
+            };
+            if r != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(format!(
+                    "{what}: cannot make code writable at {start:#x} ({e}); the system \
+                     forbids writable code (a W^X policy such as SELinux deny_execmem or \
+                     PaX MPROTECT)"
+                ));
+            }
+            w.runs.push((start, len));
+        }
+        Ok(w)
+    }
+
+    /// The runs of pages this window covers (start, length).
+    pub fn runs(&self) -> &[(u64, usize)] {
+        &self.runs
+    }
+}
+
+impl Drop for Writable {
+    fn drop(&mut self) {
+        for &(start, len) in &self.runs {
+            // SAFETY: the pages `open` made writable; back to read +
+            // execute.
+            unsafe {
+                libc::mprotect(
+                    start as *mut libc::c_void,
+                    len,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                )
+            };
+        }
+    }
+}
+
+/// Writes `bytes` at `addr`, byte by byte, in order.
+///
+/// # Safety
+/// `addr..addr + bytes.len()` must lie in a page made writable by a live
+/// [`Writable`], and no thread may execute those bytes while they change
+/// (the caller's protocol guarantees it: they are unreachable, or guarded
+/// by an `int3`).
+pub unsafe fn write_bytes(addr: u64, bytes: &[u8]) {
+    for (i, &b) in bytes.iter().enumerate() {
+        // SAFETY: the caller's contract.
+        unsafe { core::ptr::write_volatile((addr + i as u64) as *mut u8, b) };
+    }
+}
+
+/// Stores two bytes of code with one 16-bit store, which x86 makes atomic
+/// (also for instruction fetch on other cores) when it does not cross a
+/// cache line; a pair that straddles a line is written second byte first.
+///
+/// # Safety
+/// `addr..addr + 2` must lie in a page made writable by a live
+/// [`Writable`], and both the old and the new pair must be valid
+/// instruction starts at `addr` for any thread that may execute it.
+pub unsafe fn store2(addr: u64, pair: [u8; 2]) {
+    let v = u16::from_le_bytes(pair);
+    if addr % 64 != 63 {
+        // SAFETY: the caller's contract; one aligned-enough 16-bit store.
+        unsafe {
+            core::arch::asm!(
+                "mov word ptr [{a}], {v:x}",
+                a = in(reg) addr,
+                v = in(reg) v,
+                options(nostack, preserves_flags),
+            );
+        }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe {
+            core::ptr::write_volatile((addr + 1) as *mut u8, pair[1]);
+            core::ptr::write_volatile(addr as *mut u8, pair[0]);
+        }
+    }
+}
+
+/// Reads `N` bytes of (mapped, readable) code.
+///
+/// # Safety
+/// `addr..addr + N` must be mapped and readable.
+pub unsafe fn read<const N: usize>(addr: u64) -> [u8; N] {
+    let mut b = [0u8; N];
+    for (i, x) in b.iter_mut().enumerate() {
+        // SAFETY: the caller's contract.
+        *x = unsafe { core::ptr::read_volatile((addr + i as u64) as *const u8) };
+    }
+    b
+}
