@@ -154,6 +154,34 @@ pub(crate) fn demangle(name: &str) -> String {
     name.to_string()
 }
 
+/// The functions of a loaded object from its ELF symbol tables: run-time
+/// (start, end, demangled name), sorted by start; empty if the file cannot
+/// be read.
+pub(crate) fn module_functions(path: &std::path::Path, bias: u64) -> Vec<(u64, u64, String)> {
+    use object::{Object, ObjectSymbol};
+    let Some(map) = crate::procinfo::FileMap::open(path) else {
+        return vec![];
+    };
+    let Ok(obj) = object::File::parse(map.as_slice()) else {
+        return vec![];
+    };
+    let mut out = vec![];
+    for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+        if sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        let s = sym.address().wrapping_add(bias);
+        out.push((s, s + sym.size().max(1), demangle(name)));
+    }
+    out.sort_by_key(|e| e.0);
+    out.dedup_by_key(|e| e.0);
+    out
+}
+
+/// Feature bit: `-A`/`-R` argument or return-value capture is configured.
+pub(crate) const FEAT_ARGS: u32 = 8;
+
 /// Adds the filtered functions of modules not scanned yet to the table.
 pub(crate) fn scan_new_modules() {
     let pats = PATTERNS.lock().unwrap_or_else(|e| e.into_inner());
@@ -169,22 +197,10 @@ pub(crate) fn scan_new_modules() {
     });
     for (start, bias, path) in mods {
         scanned.push(start);
-        let Some(map) = crate::procinfo::FileMap::open(&path) else {
-            continue;
-        };
-        let Ok(obj) = object::File::parse(map.as_slice()) else {
-            continue;
-        };
-        use object::{Object, ObjectSymbol};
-        for sym in obj.symbols().chain(obj.dynamic_symbols()) {
-            if sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
-                continue;
-            }
-            let Ok(name) = sym.name() else { continue };
-            let class = pats.class(&demangle(name));
+        for (s, e, name) in module_functions(&path, bias) {
+            let class = pats.class(&name);
             if class != NORMAL {
-                let s = sym.address().wrapping_add(bias);
-                new.push((s, s + sym.size().max(1), class));
+                new.push((s, e, class));
             }
         }
     }

@@ -11,6 +11,9 @@
 //!   compiler-rt's C API);
 //! - [`patch`]: safe code patching shared by XRay, patchable entries and
 //!   marker static keys (writable windows, the `int3` protocol, stubs);
+//! - [`dynamic`]: patchable entry sites switched on and off at run time,
+//!   the control socket of `fntrace live`;
+//! - [`args`]: `-A`/`-R` argument and return-value capture;
 //! - [`filter`]: record-time depth limit and function filters;
 //! - [`clock`]: TSC timestamps and their calibration;
 //! - [`procinfo`]: the process description written into the trace (module
@@ -19,7 +22,10 @@
 //! Recording starts either through the environment (`FNTRACE_OUTPUT`, what
 //! `fntrace record` sets) or through [`recorder::start`].
 
+pub mod args;
 pub mod clock;
+#[cfg(feature = "compiler-hooks")]
+pub mod dynamic;
 pub mod filter;
 pub mod hooks;
 pub mod patch;

@@ -39,7 +39,9 @@ use fntrace_format::layout::{
 use crate::clock;
 use crate::filter;
 use crate::hooks::count;
-use crate::hooks::shadow::{self, F_HIJACKED, F_NOTRACE, F_RECORDED, F_TRACE, Frame, Shadow};
+use crate::hooks::shadow::{
+    self, F_HIJACKED, F_NOTRACE, F_RECORDED, F_RETVAL, F_TRACE, Frame, Shadow,
+};
 use crate::procinfo;
 use crate::site::Site;
 
@@ -526,14 +528,17 @@ fn hook_decision(t: &ThreadState, func: u64, feat: u32) -> (bool, u32) {
 }
 
 /// Entry of a function whose exit is observed by replacing the return
-/// address in `slot` with `tramp` (mcount, fentry).
+/// address in `slot` with `tramp` (mcount, fentry, patchable entries).
+/// `regs` points at the trampoline's saved registers (rdi, rsi, rdx, rcx,
+/// r8, r9 at word offsets [`REG_ARGS`]..+6) where the arguments are
+/// intact (fentry-style entries), or is null.
 ///
 /// # Safety
 /// `slot` must be the address of the live return-address slot of the
-/// function being entered, and `tramp` an exit trampoline that ends in
-/// [`hook_exit`].
+/// function being entered, `tramp` an exit trampoline that ends in
+/// [`hook_exit`], and `regs` null or valid for reads of the save area.
 #[inline(always)]
-pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64) {
+pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64, regs: *const u64) {
     let t = state();
     let feat = filter::features();
     if feat & filter::FEAT_COUNT != 0 {
@@ -559,8 +564,13 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64) {
         // SAFETY: by the caller's contract `slot` is the live return
         // slot of the function being entered, on this thread's stack.
         let ret = unsafe { slot.read() };
+        let mut flags = flags;
         if record {
             record_entry_inner(t, func);
+            if feat & filter::FEAT_ARGS != 0 {
+                // SAFETY: the caller's contract on `regs`.
+                flags |= unsafe { capture_args(t, func, regs) };
+            }
         }
         if flags & F_TRACE != 0 {
             t.trace_regions += 1;
@@ -579,6 +589,43 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64) {
     }
     compiler_fence(Ordering::SeqCst);
     t.busy = false;
+}
+
+/// Word offset of the saved rdi in a trampoline's save area (rsi, rdx,
+/// rcx, r8, r9 follow).
+pub const REG_ARGS: usize = 17;
+
+/// Writes the `-A` arguments of a just-recorded entry; returns
+/// [`F_RETVAL`] if its return value is to be recorded.
+///
+/// # Safety
+/// `regs` is null or valid for reads of 6 words at [`REG_ARGS`].
+#[cold]
+unsafe fn capture_args(t: &mut ThreadState, func: u64, regs: *const u64) -> u32 {
+    let m = crate::args::mask(func);
+    if m & 0x3f != 0 && !regs.is_null() {
+        let mut vals = [0i64; 6];
+        let mut n = 0;
+        for (i, v) in vals.iter_mut().enumerate() {
+            if m & (1 << i) != 0 {
+                // SAFETY: the caller's contract.
+                *v = unsafe { regs.add(REG_ARGS + i).read() } as i64;
+                n = i + 1;
+            }
+        }
+        // Arguments up to the highest one asked for (the record holds a
+        // prefix of the argument list).
+        // SAFETY: only called by an attached thread.
+        let s = unsafe { &*t.session_ptr };
+        write_framed(s, &mut t.cur, t.tid, t.depth, false, |_| Framed::Args {
+            values: &vals[..n],
+        });
+    }
+    if m & crate::args::RETVAL != 0 {
+        F_RETVAL
+    } else {
+        0
+    }
 }
 
 /// Pops shadow frames `from..` (newest first), recording the exits of the
@@ -604,19 +651,29 @@ fn pop_frames(t: &mut ThreadState, from: usize, record: bool) {
 /// Exit through a hijacked return address: `slot` is the stack slot the
 /// trampoline was returned from. Pops the matching shadow frame (and any
 /// newer ones, skipped by `longjmp`) and returns the original return
-/// address. A slot without a frame aborts with a message: there is no
-/// address to return to.
+/// address. `rax` is the function's return value (recorded for `-R`). A
+/// slot without a frame aborts with a message: there is no address to
+/// return to.
 #[inline(always)]
-pub fn hook_exit(slot: u64) -> u64 {
+pub fn hook_exit(slot: u64, rax: u64) -> u64 {
     let t = state();
     let Some(i) = t.shadow.find_slot(slot) else {
         lost_return_address(slot)
     };
-    let ret = t.shadow.frames()[i].ret;
+    let f = t.shadow.frames()[i];
+    let ret = f.ret;
     let record = !t.busy && t.session == SESSION.load(Ordering::Relaxed);
     let was_busy = t.busy;
     t.busy = true;
     compiler_fence(Ordering::SeqCst);
+    if record && f.flags & (F_RETVAL | F_RECORDED) == F_RETVAL | F_RECORDED {
+        pop_frames(t, i + 1, record);
+        // SAFETY: only an attached thread records (`record`).
+        let s = unsafe { &*t.session_ptr };
+        write_framed(s, &mut t.cur, t.tid, t.depth, false, |_| Framed::RetVal {
+            value: rax as i64,
+        });
+    }
     pop_frames(t, i, record);
     compiler_fence(Ordering::SeqCst);
     t.busy = was_busy;
@@ -1390,9 +1447,13 @@ pub fn note_modules_changed() {
     write_modules(unsafe { &*p });
     drop(_l);
     filter::scan_new_modules();
+    crate::args::scan_new_modules();
     #[cfg(feature = "compiler-hooks")]
-    if crate::xray::tramp::RECORD.load(Ordering::Acquire) {
-        crate::xray::api::start_recording();
+    {
+        if crate::xray::tramp::RECORD.load(Ordering::Acquire) {
+            crate::xray::api::start_recording();
+        }
+        crate::dynamic::scan();
     }
 }
 
@@ -1488,6 +1549,8 @@ pub fn flush() -> io::Result<()> {
 }
 
 extern "C" fn at_exit() {
+    #[cfg(feature = "compiler-hooks")]
+    crate::dynamic::control::stop();
     finish_session(true);
 }
 
@@ -1519,6 +1582,10 @@ extern "C" fn after_fork_child() {
     o.exclusive = true;
     if let Err(e) = start_locked(&o) {
         eprintln!("fntrace: child {}: cannot record: {e}", std::process::id());
+    }
+    #[cfg(feature = "compiler-hooks")]
+    if crate::dynamic::control::forget() {
+        let _ = crate::dynamic::control::start();
     }
 }
 
@@ -1602,6 +1669,7 @@ fn init_from_env_once() {
         opts.exclusive = std::env::var_os(ENV_EXCLUSIVE).is_some_and(|v| v == "1");
         opts.follow_fork = opts.exclusive;
         crate::filter::init_from_env();
+        crate::args::init_from_env();
         count::init_from_env();
         let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = start_locked(&opts) {
@@ -1609,9 +1677,45 @@ fn init_from_env_once() {
             SESSION.store(0, Ordering::Release);
         } else {
             #[cfg(feature = "compiler-hooks")]
-            crate::xray::api::start_recording();
+            {
+                crate::xray::api::start_recording();
+                start_dynamic();
+            }
         }
     });
+}
+
+/// Switches on the patchable sites `-F`/`-N` select (all without `-F`)
+/// and starts the control socket if asked. With patchable sites the
+/// selection is what is patched, so the recording-time region filters
+/// are cleared (a function switched on later with `fntrace live` must be
+/// recorded wherever it is called).
+#[cfg(feature = "compiler-hooks")]
+fn start_dynamic() {
+    let lines = |v: &str| -> Vec<String> {
+        std::env::var(v)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let mut trace = lines(filter::ENV_FILTER);
+    trace.extend(lines(crate::xray::api::ENV_PATCH));
+    let notrace = lines(filter::ENV_NOTRACE);
+    match crate::dynamic::start(&trace, &notrace) {
+        Ok(_) => {
+            if crate::dynamic::site_counts().0 > 0 {
+                let _ = filter::set_filters(&[], &[]);
+            }
+        }
+        Err(e) => eprintln!("fntrace: {e}"),
+    }
+    if std::env::var_os(crate::dynamic::control::ENV_CONTROL).is_some_and(|v| v == "1") {
+        if let Err(e) = crate::dynamic::control::start() {
+            eprintln!("fntrace: control socket: {e}");
+        }
+    }
 }
 
 /// Runs at program start (before `main`) so that recording requested

@@ -26,6 +26,8 @@ pub(crate) const F_HIJACKED: u32 = 2;
 pub(crate) const F_NOTRACE: u32 = 4;
 /// The frame belongs to a `-F` function: what is below it is recorded.
 pub(crate) const F_TRACE: u32 = 8;
+/// The frame's return value is recorded at its exit (`-R`).
+pub(crate) const F_RETVAL: u32 = 16;
 
 /// One call on the shadow stack.
 #[repr(C)]

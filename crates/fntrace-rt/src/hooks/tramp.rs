@@ -8,6 +8,9 @@
 //!   preserved across the call. All of them are saved. The Rust handler
 //!   preserves rbx, rbp, r12–r15 itself (callee-saved). x87 and AVX upper
 //!   halves are not touched by the handler, so they are not saved.
+//! - Patched entry sites ([`fntrace_site5`], [`fntrace_site5_endbr`],
+//!   [`fntrace_site_prefix`]) are reached before the callee's prologue, as
+//!   `__fentry__` is, and save the same set.
 //! - The exit trampoline runs when an instrumented function returns: only
 //!   the return registers are live (rax, rdx, xmm0, xmm1; st0/st1 are not
 //!   touched). It saves those, asks the shadow stack for the original
@@ -36,21 +39,23 @@ pub fn exit_trampoline_addr() -> u64 {
 unsafe extern "C" fn mcount_entry(pc: u64, slot: *mut u64) {
     // SAFETY: with frame pointers (which `-pg` and `-Zinstrument-mcount`
     // force) `8(%rbp)` in the callee is its live return-address slot.
-    unsafe { recorder::hook_entry(pc, slot, exit_trampoline_addr()) }
+    unsafe { recorder::hook_entry(pc, slot, exit_trampoline_addr(), core::ptr::null()) }
 }
 
-/// Rust side of `__fentry__`: `func` is the callee's start address, `slot`
-/// its return-address slot.
-unsafe extern "C" fn fentry_entry(func: u64, slot: *mut u64) {
-    // SAFETY: `__fentry__` is the callee's first instruction, so the word
-    // above `__fentry__`'s own return address is the callee's live
-    // return-address slot.
-    unsafe { recorder::hook_entry(func, slot, exit_trampoline_addr()) }
+/// Rust side of `__fentry__` and of patched entry sites: `func` is the
+/// callee's start address, `slot` its return-address slot, `regs` the
+/// trampoline's save area (arguments intact: the callee's prologue has not
+/// run).
+unsafe extern "C" fn fentry_entry(func: u64, slot: *mut u64, regs: *const u64) {
+    // SAFETY: `__fentry__` (or the patched site) is the callee's first
+    // instruction, so the word above the trampoline's own return address is
+    // the callee's live return-address slot; `regs` is our save area.
+    unsafe { recorder::hook_entry(func, slot, exit_trampoline_addr(), regs) }
 }
 
 /// Rust side of the exit trampoline.
-extern "C" fn exit_entry(slot: u64) -> u64 {
-    recorder::hook_exit(slot)
+extern "C" fn exit_entry(slot: u64, rax: u64) -> u64 {
+    recorder::hook_exit(slot, rax)
 }
 
 /// The body shared by `mcount` and `__fentry__`: test the session word,
@@ -213,7 +218,63 @@ pub unsafe extern "C" fn __fentry__() {
         ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "sub rcx, 5"],
         "mov rdi, [rbp + 8]",
         "sub rdi, 5",
-        "lea rsi, [rbp + 16]"
+        "lea rsi, [rbp + 16]",
+        "mov rdx, rsp"
+    )
+}
+
+/// Target of a patched 5-byte entry site (`call` written over the NOP at
+/// the function's first byte): the same contract as [`__fentry__`].
+///
+/// # Safety
+/// Only reached from a site this runtime patched.
+#[unsafe(naked)]
+pub unsafe extern "C" fn fntrace_site5() {
+    entry_trampoline!(
+        fentry_entry,
+        ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "sub rcx, 5"],
+        "mov rdi, [rbp + 8]",
+        "sub rdi, 5",
+        "lea rsi, [rbp + 16]",
+        "mov rdx, rsp"
+    )
+}
+
+/// Target of a patched 5-byte site that follows an `endbr64`: the function
+/// starts 4 bytes before the site.
+///
+/// # Safety
+/// Only reached from a site this runtime patched.
+#[unsafe(naked)]
+pub unsafe extern "C" fn fntrace_site5_endbr() {
+    entry_trampoline!(
+        fentry_entry,
+        ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "sub rcx, 9"],
+        "mov rdi, [rbp + 8]",
+        "sub rdi, 9",
+        "lea rsi, [rbp + 16]",
+        "mov rdx, rsp"
+    )
+}
+
+/// Target of the `call` written into a function's prefix NOPs
+/// (`-fpatchable-function-entry=N,M` with M ≥ 7): the call sits 7 bytes
+/// before the function and returns to a short jump 2 bytes before it, so
+/// the function starts 2 bytes after our return address. The entry's
+/// 2-byte NOP, turned into a short jump back to the call, is what switches
+/// the site on.
+///
+/// # Safety
+/// Only reached from a site this runtime patched.
+#[unsafe(naked)]
+pub unsafe extern "C" fn fntrace_site_prefix() {
+    entry_trampoline!(
+        fentry_entry,
+        ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "add rcx, 2"],
+        "mov rdi, [rbp + 8]",
+        "add rdi, 2",
+        "lea rsi, [rbp + 16]",
+        "mov rdx, rsp"
     )
 }
 
@@ -239,6 +300,7 @@ pub unsafe extern "C" fn fntrace_exit_trampoline() {
         "movaps [rsp + 16], xmm0",
         "movaps [rsp + 32], xmm1",
         "lea rdi, [r11 - 8]",
+        "mov rsi, rax",
         "call {exit}",
         "mov r11, rax",
         "mov rax, [rsp]",

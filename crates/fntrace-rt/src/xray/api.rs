@@ -116,6 +116,33 @@ pub fn start_recording() -> usize {
     }
 }
 
+/// Patches (`on`) or unpatches the XRay functions whose demangled name
+/// matches `pattern`; returns how many functions were selected (0 when the
+/// process has no sleds).
+pub fn patch_matching(pattern: &str, on: bool) -> Result<usize, String> {
+    let re = regex_lite::Regex::new(pattern)
+        .map_err(|e| format!("bad function pattern {pattern:?}: {e}"))?;
+    if !patch::scan() {
+        return Ok(0);
+    }
+    let sel: std::collections::HashSet<u64> = {
+        let objs = patch::OBJECTS.lock().unwrap_or_else(|e| e.into_inner());
+        objs.iter()
+            .filter(|o| o.alive && !o.sleds.is_empty())
+            .flat_map(patch::function_names)
+            .filter(|(_, n)| re.is_match(n))
+            .map(|(a, _)| a)
+            .collect()
+    };
+    if sel.is_empty() {
+        return Ok(0);
+    }
+    match patch::patch_where(on, &|s| sel.contains(&s.func)) {
+        Ok(_) | Err(status::NOT_INITIALIZED) => Ok(sel.len()),
+        Err(s) => Err(format!("XRay patching failed (status {s})")),
+    }
+}
+
 /// Environment variable selecting the XRay functions to patch.
 pub const ENV_PATCH: &str = "FNTRACE_PATCH";
 

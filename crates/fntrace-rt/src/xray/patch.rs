@@ -162,25 +162,12 @@ fn read_off_table(addr: u64, size: u64) -> Vec<u64> {
 /// Demangled names of the sled functions of `o` (runtime start address,
 /// name), from the object's symbol tables.
 pub fn function_names(o: &XObject) -> Vec<(u64, String)> {
-    use object::{Object, ObjectSymbol};
-    let Some(map) = crate::procinfo::FileMap::open(&o.path) else {
-        return vec![];
-    };
-    let Ok(obj) = object::File::parse(map.as_slice()) else {
-        return vec![];
-    };
-    let mut out = vec![];
-    for sym in obj.symbols().chain(obj.dynamic_symbols()) {
-        if sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
-            continue;
-        }
-        let Ok(n) = sym.name() else { continue };
-        let a = sym.address().wrapping_add(o.bias);
-        if o.funcs.contains(&a) {
-            out.push((a, crate::filter::demangle(n)));
-        }
-    }
-    out
+    let funcs: std::collections::HashSet<u64> = o.funcs.iter().copied().collect();
+    crate::filter::module_functions(&o.path, o.bias)
+        .into_iter()
+        .filter(|f| funcs.contains(&f.0))
+        .map(|f| (f.0, f.2))
+        .collect()
 }
 
 /// The stubs of `o` (entry, exit, tail, log-args), mapped near it once.

@@ -1,0 +1,187 @@
+//! The control socket: `fntrace live PID` changes what a running, traced
+//! process has switched on.
+//!
+//! The socket is `DIR/PID.sock`, where DIR is `$XDG_RUNTIME_DIR/fntrace`
+//! or `/tmp/fntrace-UID`, a directory created with mode 0700 and checked
+//! before use (owned by us, not a symlink, no access for group or others),
+//! so only the same user can reach the socket; each connection is checked
+//! again with `SO_PEERCRED` (the peer's effective uid must be ours) and
+//! refused with a message otherwise.
+//!
+//! Protocol: one command per line, each answered by lines ending in one
+//! line that starts with `ok` or `error:`.
+//! - `enable REGEX`, `disable REGEX`: switch functions on or off (patchable
+//!   sites and XRay sleds);
+//! - `list`: the functions switched on;
+//! - `status`: pid, site counts.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// Environment variable: `1` starts the control socket (what
+/// `fntrace record` sets unless `--no-control`).
+pub const ENV_CONTROL: &str = "FNTRACE_CONTROL";
+
+/// The directory holding control sockets of this user's processes.
+pub fn socket_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        let d = PathBuf::from(d);
+        if d.is_dir() {
+            return d.join("fntrace");
+        }
+    }
+    // SAFETY: geteuid cannot fail.
+    PathBuf::from(format!("/tmp/fntrace-{}", unsafe { libc::geteuid() }))
+}
+
+/// The control socket of process `pid`.
+pub fn socket_path(pid: u32) -> PathBuf {
+    socket_dir().join(format!("{pid}.sock"))
+}
+
+/// Creates (or checks) the private socket directory.
+fn private_dir() -> Result<PathBuf, String> {
+    let d = socket_dir();
+    match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("{}: {e}", d.display())),
+    }
+    let m = std::fs::symlink_metadata(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !m.is_dir() || m.uid() != me || m.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "{}: not a private directory of uid {me} (mode {:o}, owner {}); control disabled",
+            d.display(),
+            m.permissions().mode() & 0o7777,
+            m.uid()
+        ));
+    }
+    Ok(d)
+}
+
+/// The socket this process listens on, removed at exit.
+static LISTENING: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Starts the control thread (once per process; again in a forked child).
+pub fn start() -> Result<PathBuf, String> {
+    let dir = private_dir()?;
+    let pid = std::process::id();
+    let path = dir.join(format!("{pid}.sock"));
+    let _ = std::fs::remove_file(&path);
+    let l = UnixListener::bind(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    *LISTENING.lock().unwrap_or_else(|e| e.into_inner()) = Some(path.clone());
+    std::thread::Builder::new()
+        .name("fntrace-ctl".into())
+        .spawn(move || serve(l))
+        .map_err(|e| format!("cannot start the control thread: {e}"))?;
+    Ok(path)
+}
+
+/// Removes this process's socket (at exit).
+pub fn stop() {
+    if let Some(p) = LISTENING.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// In a forked child: forgets the parent's socket (without removing it);
+/// returns whether the parent had one.
+pub fn forget() -> bool {
+    LISTENING
+        .try_lock()
+        .map(|mut l| l.take().is_some())
+        .unwrap_or(false)
+}
+
+/// The effective uid of the peer of `s`.
+fn peer_uid(s: &UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred: libc::ucred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a ucred of the size passed.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.uid)
+}
+
+fn serve(l: UnixListener) {
+    // This thread's own calls are never traced.
+    crate::recorder::guarded(|| {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { continue };
+            // SAFETY: geteuid cannot fail.
+            let me = unsafe { libc::geteuid() };
+            match peer_uid(&s) {
+                Some(u) if u == me => {}
+                u => {
+                    let _ = writeln!(
+                        s,
+                        "error: refused: peer uid {} is not the traced process's uid {me}",
+                        u.map_or("unknown".into(), |u| u.to_string())
+                    );
+                    continue;
+                }
+            }
+            let _ = session(s);
+        }
+    });
+}
+
+fn session(s: UnixStream) -> std::io::Result<()> {
+    let mut w = s.try_clone()?;
+    for line in BufReader::new(s).lines() {
+        let line = line?;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (cmd, arg) = line.split_once(' ').unwrap_or((line, ""));
+        let arg = arg.trim();
+        match (cmd, arg) {
+            ("enable" | "disable", "") => writeln!(w, "error: {cmd} needs a pattern")?,
+            ("enable" | "disable", p) => match super::switch_functions(p, cmd == "enable") {
+                Ok(n) => writeln!(w, "ok {n} functions {cmd}d")?,
+                Err(e) => writeln!(w, "error: {e}")?,
+            },
+            ("list", _) => {
+                let v = super::enabled_functions();
+                for f in &v {
+                    writeln!(w, "{f}")?;
+                }
+                writeln!(w, "ok {} functions enabled", v.len())?;
+            }
+            ("status", _) => {
+                let (total, on, bad) = super::site_counts();
+                writeln!(
+                    w,
+                    "ok pid {} sites {total} enabled {on} unusable {bad} recording {}",
+                    std::process::id(),
+                    crate::recorder::is_recording()
+                )?;
+            }
+            ("quit", _) => return Ok(()),
+            _ => writeln!(
+                w,
+                "error: unknown command {cmd:?} (enable REGEX, disable REGEX, list, status)"
+            )?,
+        }
+    }
+    Ok(())
+}

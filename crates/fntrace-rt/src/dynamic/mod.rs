@@ -1,0 +1,483 @@
+//! Dynamic tracing: patchable entry sites switched on and off while the
+//! program runs.
+//!
+//! - [`sites`]: finding sites (`__patchable_function_entries`,
+//!   `__mcount_loc`) and classifying their NOP layout;
+//! - this module: the registry of loaded objects and their sites, the
+//!   selection rules (`-F`/`-N` at start, [`enable`]/[`disable`] later),
+//!   and applying them with the shared [`crate::patch`] module;
+//! - [`control`]: the control socket `fntrace live` talks to.
+//!
+//! A site that is on calls an fentry-style trampoline
+//! ([`crate::hooks::tramp`]) before the function's prologue; its exit is
+//! seen through the return-address hijack, as for `__fentry__`.
+//! `#[instrument_fn = "off"]` functions (the `fntrace_off` table) are never
+//! switched on.
+//!
+//! Selection: rules are applied in order to each function's demangled
+//! name; the last matching rule decides, and a function no rule matches
+//! keeps the default (on when recording starts without `-F`, off with
+//! `-F`). Objects loaded later (`dlopen`) follow the same rules.
+
+pub mod control;
+pub mod sites;
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use sites::{Fixup, Layout, Site, Skip};
+
+use crate::patch::{self, int3, text};
+
+/// A loaded object with patchable sites.
+struct Object {
+    path: PathBuf,
+    start: u64,
+    size: u64,
+    /// Its sites, by function.
+    sites: Vec<Site>,
+    /// Site is on, by index.
+    on: Vec<bool>,
+    /// Prefix bytes written, by index.
+    prefixed: Vec<bool>,
+    /// Function names, sorted by start (start, end, name).
+    names: Vec<(u64, u64, String)>,
+    /// `#[instrument_fn = "off"]` functions.
+    off: Vec<u64>,
+    alive: bool,
+}
+
+struct Registry {
+    objects: Vec<Object>,
+    /// Objects seen without sites (start, path).
+    none: Vec<(u64, PathBuf)>,
+    /// Selection rules (pattern, on), in order.
+    rules: Vec<(regex_lite::Regex, bool)>,
+    /// Whether a function no rule matches is on.
+    default_on: bool,
+    /// Sites that could not be used, reported once per object.
+    skipped: usize,
+}
+
+static REG: Mutex<Registry> = Mutex::new(Registry {
+    objects: vec![],
+    none: vec![],
+    rules: vec![],
+    default_on: false,
+    skipped: 0,
+});
+
+/// Set once the first scan ran (later objects are fresh from `dlopen`).
+static SCANNED_ONCE: AtomicBool = AtomicBool::new(false);
+
+/// What a scan or a selection change did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Changed {
+    /// Functions switched on.
+    pub on: usize,
+    /// Functions switched off.
+    pub off: usize,
+}
+
+/// Whether this process has one thread (no other thread can be inside a
+/// run of NOPs we rewrite).
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
+}
+
+/// Reads an array of 8-byte addresses at run-time address `addr`.
+fn read_addrs(addr: u64, size: u64) -> Vec<u64> {
+    (0..size / 8)
+        // SAFETY: the section is allocated (SHF_ALLOC) and mapped with its
+        // object; relocations are applied in memory.
+        .map(|i| unsafe { ((addr + 8 * i) as *const u64).read_unaligned() })
+        .filter(|&a| a != 0)
+        .collect()
+}
+
+/// Finds the sites of one object (by its ELF sections, read from memory).
+fn discover(path: &std::path::Path, bias: u64) -> Option<(Vec<u64>, Vec<u64>)> {
+    use object::{Object as _, ObjectSection};
+    let map = crate::procinfo::FileMap::open(path)?;
+    let obj = object::File::parse(map.as_slice()).ok()?;
+    let mut entries = vec![];
+    for name in ["__patchable_function_entries", "__mcount_loc"] {
+        for sec in obj.sections().filter(|s| s.name() == Ok(name)) {
+            entries.extend(read_addrs(sec.address().wrapping_add(bias), sec.size()));
+        }
+    }
+    if entries.is_empty() {
+        return None;
+    }
+    let off = obj
+        .section_by_name("fntrace_off")
+        .map(|s| read_addrs(s.address().wrapping_add(bias), s.size()))
+        .unwrap_or_default();
+    entries.sort_unstable();
+    entries.dedup();
+    Some((entries, off))
+}
+
+/// Reads code for classification.
+fn read_code(a: u64, n: usize) -> Vec<u8> {
+    // SAFETY: listed sites and the bytes around them are inside the
+    // object's mapped text (the classifier reads at most 24 bytes after a
+    // site and 4 before it, all within its function or its padding).
+    (0..n as u64)
+        .map(|i| unsafe { core::ptr::read_volatile((a + i) as *const u8) })
+        .collect()
+}
+
+/// Finds objects loaded since the last scan (and forgets unloaded ones),
+/// classifies their sites and applies the selection rules to them.
+pub fn scan() -> Changed {
+    let _code = patch::lock();
+    let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+    scan_locked(&mut reg)
+}
+
+fn scan_locked(reg: &mut Registry) -> Changed {
+    let mut loaded: Vec<(u64, u64, u64, PathBuf)> = vec![];
+    crate::procinfo::for_each_module(|m| {
+        loaded.push((
+            m.start,
+            m.size,
+            m.bias,
+            std::ffi::OsStr::from_bytes(m.path).into(),
+        ));
+    });
+    for o in reg.objects.iter_mut() {
+        if o.alive && !loaded.iter().any(|l| l.0 == o.start && l.3 == o.path) {
+            o.alive = false;
+        }
+    }
+    reg.none
+        .retain(|n| loaded.iter().any(|l| l.0 == n.0 && l.3 == n.1));
+    let later = SCANNED_ONCE.swap(true, Ordering::AcqRel);
+    // Rewriting one-byte NOP runs is safe before other threads exist, and
+    // in objects just loaded (no other thread has run their code yet).
+    let may_fix = later || single_threaded();
+    let mut total = Changed::default();
+    for (start, size, bias, path) in loaded {
+        if path.as_os_str().is_empty()
+            || reg
+                .objects
+                .iter()
+                .any(|o| o.alive && o.start == start && o.path == path)
+            || reg.none.iter().any(|n| n.0 == start && n.1 == path)
+        {
+            continue;
+        }
+        let Some((entries, off)) = discover(&path, bias) else {
+            reg.none.push((start, path));
+            continue;
+        };
+        let names = crate::filter::module_functions(&path, bias);
+        let mut found = vec![];
+        let mut skipped: Vec<String> = vec![];
+        for e in entries {
+            let k = names.partition_point(|n| n.0 < e);
+            let next = names.get(k).map(|n| n.0);
+            match sites::classify(e, &read_code, next) {
+                Ok(s) if s.fixup.is_some() && !may_fix => skipped
+                    .push("one-byte NOPs cannot be rewritten while other threads run".to_string()),
+                Ok(s) => found.push(s),
+                Err(Skip::Native) => {}
+                Err(Skip::Unsupported(why)) => skipped.push(why),
+            }
+        }
+        if !skipped.is_empty() {
+            eprintln!(
+                "fntrace: {}: {} patchable sites not used ({})",
+                path.display(),
+                skipped.len(),
+                skipped[0]
+            );
+            reg.skipped += skipped.len();
+        }
+        if found.is_empty() {
+            reg.none.push((start, path));
+            continue;
+        }
+        if let Err(e) = fix_up(&found, &path) {
+            eprintln!("fntrace: {e}");
+            reg.none.push((start, path));
+            continue;
+        }
+        int3::register(
+            found
+                .iter()
+                .filter(|s| matches!(s.layout, Layout::Nop5 { .. }))
+                .map(|s| s.addr)
+                .collect(),
+        );
+        let n = found.len();
+        reg.objects.push(Object {
+            path,
+            start,
+            size,
+            sites: found,
+            on: vec![false; n],
+            prefixed: vec![false; n],
+            names,
+            off,
+            alive: true,
+        });
+        let i = reg.objects.len() - 1;
+        let c = apply(reg, i);
+        total.on += c.on;
+        total.off += c.off;
+    }
+    total
+}
+
+/// Rewrites one-byte NOP runs into switchable layouts.
+fn fix_up(found: &[Site], path: &std::path::Path) -> Result<(), String> {
+    let ranges: Vec<(u64, u64)> = found
+        .iter()
+        .filter(|s| s.fixup.is_some())
+        .map(|s| (s.addr, 5))
+        .collect();
+    if ranges.is_empty() {
+        return Ok(());
+    }
+    let _w = text::Writable::open(&ranges, &path.display().to_string())?;
+    for s in found {
+        // SAFETY: the pages are writable (`_w`) and no other thread can be
+        // inside these NOP runs (the caller checked).
+        match s.fixup {
+            Some(Fixup::Nop5) => unsafe { text::write_bytes(s.addr, &int3::NOP5) },
+            Some(Fixup::Nop2) => unsafe { text::write_bytes(s.addr, &sites::PREFIX_OFF) },
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// The name of the function starting at `func` in `o`.
+fn name_of(o: &Object, func: u64) -> Option<&str> {
+    let k = o.names.partition_point(|n| n.0 <= func);
+    let n = &o.names[k.checked_sub(1)?];
+    (func >= n.0 && func < n.1).then_some(n.2.as_str())
+}
+
+/// Whether the rules select `func` of `o`.
+fn wanted(reg: &Registry, o: &Object, func: u64) -> bool {
+    if o.off.contains(&func) {
+        return false;
+    }
+    let name = name_of(o, func).unwrap_or("");
+    let mut on = reg.default_on;
+    for (re, v) in &reg.rules {
+        if re.is_match(name) {
+            on = *v;
+        }
+    }
+    on
+}
+
+/// Brings the sites of object `i` to what the rules select.
+fn apply(reg: &mut Registry, i: usize) -> Changed {
+    let want: Vec<bool> = {
+        let o = &reg.objects[i];
+        if !o.alive {
+            return Changed::default();
+        }
+        o.sites.iter().map(|s| wanted(reg, o, s.func)).collect()
+    };
+    let o = &mut reg.objects[i];
+    match switch(o, &want) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fntrace: {e}");
+            Changed::default()
+        }
+    }
+}
+
+/// The trampoline a site calls.
+fn target(layout: Layout) -> u64 {
+    use crate::hooks::tramp;
+    match layout {
+        Layout::Nop5 { endbr: false } => tramp::fntrace_site5 as *const () as u64,
+        Layout::Nop5 { endbr: true } => tramp::fntrace_site5_endbr as *const () as u64,
+        Layout::Prefix => tramp::fntrace_site_prefix as *const () as u64,
+    }
+}
+
+/// Switches the sites of `o` whose state differs from `want`.
+fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, String> {
+    let what = o.path.display().to_string();
+    let todo: Vec<usize> = (0..o.sites.len()).filter(|&k| o.on[k] != want[k]).collect();
+    if todo.is_empty() {
+        return Ok(Changed::default());
+    }
+    let mut ranges = vec![];
+    for &k in &todo {
+        let s = o.sites[k];
+        match s.layout {
+            Layout::Nop5 { .. } => ranges.push((s.addr, 5)),
+            Layout::Prefix => ranges.push((s.func - 7, s.addr + 2 - (s.func - 7))),
+        }
+    }
+    let mut stubs = [0u64; 3];
+    let mut stub = |l: Layout| -> Result<u64, String> {
+        let i = match l {
+            Layout::Nop5 { endbr: false } => 0,
+            Layout::Nop5 { endbr: true } => 1,
+            Layout::Prefix => 2,
+        };
+        if stubs[i] == 0 {
+            stubs[i] = patch::stubs::stub(target(l), o.start, o.start + o.size, &what)?;
+        }
+        Ok(stubs[i])
+    };
+    let w = text::Writable::open(&ranges, &what)?;
+    // Prefix sites: the prefix first (unreachable while the entry holds
+    // its 2-byte NOP), every core serialised, then the 2-byte switches.
+    let mut pokes = vec![];
+    let mut wrote_prefix = false;
+    for &k in &todo {
+        let s = o.sites[k];
+        if let (Layout::Prefix, true, false) = (s.layout, want[k], o.prefixed[k]) {
+            let t = stub(s.layout)?;
+            // SAFETY: the prefix lies before the function, is never
+            // executed while the switch holds `66 90`, and is writable.
+            unsafe { text::write_bytes(s.func - 7, &sites::prefix7(s.func, s.addr, t)) };
+            o.prefixed[k] = true;
+            wrote_prefix = true;
+        }
+        if let Layout::Nop5 { .. } = s.layout {
+            let new = if want[k] {
+                sites::call5(s.addr, stub(s.layout)?)
+            } else {
+                int3::NOP5
+            };
+            pokes.push((s.addr, new));
+        }
+    }
+    if wrote_prefix {
+        patch::sync::serialize_all(w.runs()[0].0);
+    }
+    let mut c = Changed::default();
+    for &k in &todo {
+        let s = o.sites[k];
+        if s.layout == Layout::Prefix {
+            let pair = if want[k] {
+                sites::prefix_on(s.func, s.addr)
+            } else {
+                sites::PREFIX_OFF
+            };
+            // SAFETY: writable; both pairs are whole instructions at the
+            // entry (`66 90`, or a short jump to the finished prefix).
+            unsafe { text::store2(s.addr, pair) };
+        }
+    }
+    int3::poke5(&w, &pokes);
+    for &k in &todo {
+        o.on[k] = want[k];
+        if want[k] {
+            c.on += 1;
+        } else {
+            c.off += 1;
+        }
+    }
+    Ok(c)
+}
+
+/// Starts dynamic tracing for a recording session: finds the sites and
+/// switches on the selected ones. `trace`: patterns to switch on (none:
+/// everything); `notrace`: patterns never switched on. Returns what
+/// changed.
+pub fn start(trace: &[String], notrace: &[String]) -> Result<Changed, String> {
+    let compile = |p: &String| {
+        regex_lite::Regex::new(p).map_err(|e| format!("bad function pattern {p:?}: {e}"))
+    };
+    let mut rules = vec![];
+    for p in trace {
+        rules.push((compile(p)?, true));
+    }
+    for p in notrace {
+        rules.push((compile(p)?, false));
+    }
+    let _code = patch::lock();
+    let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+    reg.default_on = trace.is_empty();
+    reg.rules = rules;
+    let mut c = scan_locked(&mut reg);
+    for i in 0..reg.objects.len() {
+        let d = apply(&mut reg, i);
+        c.on += d.on;
+        c.off += d.off;
+    }
+    Ok(c)
+}
+
+/// Whether any loaded object has patchable sites (scanning first).
+pub fn has_sites() -> bool {
+    scan();
+    let reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+    reg.objects.iter().any(|o| o.alive && !o.sites.is_empty())
+}
+
+/// Adds a rule and applies it everywhere.
+fn add_rule(pattern: &str, on: bool) -> Result<Changed, String> {
+    let re = regex_lite::Regex::new(pattern)
+        .map_err(|e| format!("bad function pattern {pattern:?}: {e}"))?;
+    let _code = patch::lock();
+    let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+    reg.rules.push((re, on));
+    let mut c = scan_locked(&mut reg);
+    for i in 0..reg.objects.len() {
+        let d = apply(&mut reg, i);
+        c.on += d.on;
+        c.off += d.off;
+    }
+    Ok(c)
+}
+
+/// Switches on the sites of functions whose demangled name matches
+/// `pattern` (a regular expression), in every loaded object and in
+/// objects loaded later. `#[instrument_fn = "off"]` functions stay off.
+pub fn enable(pattern: &str) -> Result<Changed, String> {
+    add_rule(pattern, true)
+}
+
+/// Switches off the sites of functions whose name matches `pattern`.
+pub fn disable(pattern: &str) -> Result<Changed, String> {
+    add_rule(pattern, false)
+}
+
+/// The functions whose sites are on (name, or the address if unnamed).
+pub fn enabled_functions() -> Vec<String> {
+    let reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+    let mut v = vec![];
+    for o in reg.objects.iter().filter(|o| o.alive) {
+        for (k, s) in o.sites.iter().enumerate() {
+            if o.on[k] {
+                v.push(name_of(o, s.func).map_or_else(|| format!("{:#x}", s.func), str::to_string));
+            }
+        }
+    }
+    v
+}
+
+/// Counts of sites: (total, on, unusable).
+pub fn site_counts() -> (usize, usize, usize) {
+    let reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+    let live = reg.objects.iter().filter(|o| o.alive);
+    let total = live.clone().map(|o| o.sites.len()).sum();
+    let on = live.map(|o| o.on.iter().filter(|&&b| b).count()).sum();
+    (total, on, reg.skipped)
+}
+
+/// Switches functions matching `pattern` on or off in every mechanism that
+/// patches code: patchable entry sites and XRay sleds. Returns how many
+/// functions changed.
+pub fn switch_functions(pattern: &str, on: bool) -> Result<usize, String> {
+    let c = add_rule(pattern, on)?;
+    let n = if on { c.on } else { c.off };
+    Ok(n + crate::xray::api::patch_matching(pattern, on)?)
+}
