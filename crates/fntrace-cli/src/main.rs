@@ -55,6 +55,18 @@ enum Cmd {
         /// timed events, like gprof (mcount, fentry and cyg_profile).
         #[arg(long)]
         count: bool,
+        /// Record integer arguments: `FUNC@arg1[,arg2...]` (FUNC a name or a regular
+        /// expression; arg1..arg6 or `args`); fentry-style entries
+        /// (`-pg -mfentry`, patchable entries). Repeatable.
+        #[arg(short = 'A', long = "argument", value_name = "FUNC@argN")]
+        args: Vec<String>,
+        /// Record return values: `FUNC@retval` or `FUNC` (mcount, fentry,
+        /// patchable entries). Repeatable.
+        #[arg(short = 'R', long = "retval", value_name = "FUNC[@retval]")]
+        retval: Vec<String>,
+        /// Do not open the control socket `fntrace live` talks to.
+        #[arg(long)]
+        no_control: bool,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -144,6 +156,22 @@ enum Cmd {
         /// Argument of the example's fib.
         #[arg(default_value_t = 20)]
         n: u64,
+    },
+    /// Change what a running, traced process has switched on (patchable
+    /// entries, XRay sleds): `enable REGEX`, `disable REGEX`, `list`,
+    /// `status`; without a command, read commands from standard input.
+    #[command(visible_alias = "ctl")]
+    Live {
+        /// Process id of a program running under `fntrace record`.
+        pid: u32,
+        /// The command, e.g. `enable '^parse'`.
+        command: Vec<String>,
+        /// Switch these functions on (regular expression; repeatable).
+        #[arg(short = 'F', long = "enable", value_name = "REGEX")]
+        enable: Vec<String>,
+        /// Switch these functions off (regular expression; repeatable).
+        #[arg(short = 'N', long = "disable", value_name = "REGEX")]
+        disable: Vec<String>,
     },
     #[command(hide = true, name = "__demo-workload")]
     DemoWorkload { n: u64 },
@@ -240,6 +268,9 @@ fn run() -> Result<ExitCode> {
             depth,
             patch,
             count,
+            args,
+            retval,
+            no_control,
             command,
         } => {
             let o = RecordOptions {
@@ -249,6 +280,9 @@ fn run() -> Result<ExitCode> {
                 depth,
                 patch,
                 count,
+                args,
+                retval,
+                no_control,
             };
             return record(&output, &o, &command);
         }
@@ -436,6 +470,12 @@ fn run() -> Result<ExitCode> {
             )?;
             let _ = std::fs::remove_dir_all(&dir);
         }
+        Cmd::Live {
+            pid,
+            command,
+            enable,
+            disable,
+        } => return live(pid, &command, &enable, &disable),
         Cmd::DemoWorkload { n } => {
             writeln!(out, "{}", demo::run(n))?;
         }
@@ -528,6 +568,115 @@ struct RecordOptions {
     notrace: Vec<String>,
     depth: Option<u32>,
     patch: Vec<String>,
+    args: Vec<String>,
+    retval: Vec<String>,
+    no_control: bool,
+}
+
+/// `fntrace live PID ...`: sends commands to the control socket of a
+/// traced process and prints the answers.
+fn live(pid: u32, command: &[String], enable: &[String], disable: &[String]) -> Result<ExitCode> {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::UnixStream;
+    let mut lines: Vec<String> = vec![];
+    for p in enable {
+        lines.push(format!("enable {p}"));
+    }
+    for p in disable {
+        lines.push(format!("disable {p}"));
+    }
+    if !command.is_empty() {
+        lines.push(command.join(" "));
+    }
+    for l in &lines {
+        if let Some(p) = l
+            .strip_prefix("enable ")
+            .or_else(|| l.strip_prefix("disable "))
+        {
+            regex::Regex::new(p.trim()).with_context(|| format!("bad function pattern {p:?}"))?;
+        }
+    }
+    let mut path = fntrace_rt::live::socket_path(pid);
+    // Another user's process keeps its socket in that user's directory.
+    if !path.exists() {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(m) = std::fs::metadata(format!("/proc/{pid}")) {
+            // SAFETY: geteuid cannot fail.
+            if m.uid() != unsafe { libc::geteuid() } {
+                let u = m.uid();
+                let run = PathBuf::from(format!("/run/user/{u}"));
+                path = if run.is_dir() {
+                    run.join(format!("fntrace/{pid}.sock"))
+                } else {
+                    PathBuf::from(format!("/tmp/fntrace-{u}/{pid}.sock"))
+                };
+            }
+        } else {
+            bail!("no process {pid}");
+        }
+    }
+    let s = match UnixStream::connect(&path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => bail!(
+            "{}: process {pid} has no fntrace control socket (is it running under \
+             `fntrace record` without --no-control, and does it have patchable code: \
+             XRay sleds, patchable entries or NOP fentry sites?)",
+            path.display()
+        ),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => bail!(
+            "{}: refused: process {pid} belongs to another user (only its owner may control it)",
+            path.display()
+        ),
+        Err(e) => bail!("{}: cannot connect: {e}", path.display()),
+    };
+    let mut w = s.try_clone()?;
+    let mut r = BufReader::new(s);
+    let interactive = lines.is_empty();
+    let mut failed = false;
+    let stdin = io::stdin();
+    let mut input = lines.into_iter();
+    loop {
+        let line = if interactive {
+            let mut l = String::new();
+            if stdin.lock().read_line(&mut l)? == 0 {
+                break;
+            }
+            l.trim().to_string()
+        } else {
+            match input.next() {
+                Some(l) => l,
+                None => break,
+            }
+        };
+        if line.is_empty() {
+            continue;
+        }
+        writeln!(w, "{line}")?;
+        loop {
+            let mut a = String::new();
+            if r.read_line(&mut a)? == 0 {
+                bail!("{}: process {pid} closed the connection", path.display());
+            }
+            let a = a.trim_end();
+            if let Some(e) = a.strip_prefix("error: ") {
+                eprintln!("fntrace: process {pid}: {e}");
+                failed = true;
+                if e.starts_with("refused") {
+                    return Ok(ExitCode::from(2));
+                }
+                break;
+            }
+            println!("{a}");
+            if a == "ok" || a.starts_with("ok ") {
+                break;
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Runs `command` with recording enabled through the environment (and the
@@ -536,6 +685,13 @@ struct RecordOptions {
 fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCode> {
     for r in o.filter.iter().chain(&o.notrace).chain(&o.patch) {
         regex::Regex::new(r).with_context(|| format!("bad function pattern {r:?}"))?;
+    }
+    for (specs, ret) in [(&o.args, false), (&o.retval, true)] {
+        for sp in specs {
+            let (p, _) = fntrace_rt::args::parse_spec(sp, ret).map_err(anyhow::Error::msg)?;
+            regex::Regex::new(&fntrace_rt::args::pattern_regex(&p))
+                .with_context(|| format!("bad function pattern {p:?}"))?;
+        }
     }
     let prog =
         probe::which(&command[0]).with_context(|| format!("{}: command not found", command[0]))?;
@@ -598,6 +754,15 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
     }
     if !o.patch.is_empty() {
         cmd.env("FNTRACE_PATCH", o.patch.join("\n"));
+    }
+    if !o.args.is_empty() {
+        cmd.env(fntrace_rt::args::ENV_ARGS, o.args.join("\n"));
+    }
+    if !o.retval.is_empty() {
+        cmd.env(fntrace_rt::args::ENV_RETVAL, o.retval.join("\n"));
+    }
+    if !o.no_control && ins.as_ref().is_some_and(|i| i.patchable_code()) {
+        cmd.env(fntrace_rt::live::ENV_CONTROL, "1");
     }
     if let Some(p) = &preload {
         let mut v = std::ffi::OsString::from(p);

@@ -22,17 +22,38 @@ pub struct Instrumentation {
     pub xray: bool,
     /// Has patchable entries (`__patchable_function_entries`).
     pub patchable: bool,
+    /// Has recorded NOP fentry sites (`__mcount_loc` from `gcc -pg -mfentry
+    /// -mnop-mcount -mrecord-mcount`).
+    pub mcount_loc: bool,
 }
 
 impl Instrumentation {
     /// Whether a compiler hook needs the preload runtime.
     pub fn needs_preload(&self) -> bool {
-        (self.mcount || self.fentry || self.cyg_profile || self.xray) && !self.hooks_runtime
+        (self.mcount
+            || self.fentry
+            || self.cyg_profile
+            || self.xray
+            || self.patchable
+            || self.mcount_loc)
+            && !self.hooks_runtime
+    }
+
+    /// Whether it has code fntrace patches at run time (XRay sleds,
+    /// patchable entries, NOP fentry sites): what `fntrace live` changes.
+    pub fn patchable_code(&self) -> bool {
+        self.xray || self.patchable || self.mcount_loc
     }
 
     /// Whether anything fntrace can record was found.
     pub fn any(&self) -> bool {
-        self.runtime || self.mcount || self.fentry || self.cyg_profile || self.xray
+        self.runtime
+            || self.mcount
+            || self.fentry
+            || self.cyg_profile
+            || self.xray
+            || self.patchable
+            || self.mcount_loc
     }
 }
 
@@ -60,6 +81,7 @@ pub fn inspect(path: &Path) -> Option<Instrumentation> {
         match sec.name() {
             Ok("xray_instr_map") => ins.xray = true,
             Ok("__patchable_function_entries") => ins.patchable = true,
+            Ok("__mcount_loc") => ins.mcount_loc = true,
             _ => {}
         }
     }
@@ -104,9 +126,10 @@ pub fn build_advice(prog: &str) -> String {
         "{prog} has no instrumentation fntrace can record (shared libraries it loads \
          may have some). Rebuild it with one of:\n\
          \x20 C/C++:  gcc -pg | gcc -pg -mfentry | gcc -finstrument-functions\n\
-         \x20         clang -fxray-instrument -fxray-instruction-threshold=1\n\
+         \x20         gcc -fpatchable-function-entry=5 | clang -fxray-instrument -fxray-instruction-threshold=1\n\
          \x20 Rust:   cargo fntrace build --instrument=mcount   (rustc -Zinstrument-mcount)\n\
          \x20         cargo fntrace build --instrument=xray     (rustc -Zinstrument-xray)\n\
+         \x20         cargo fntrace build --instrument=fentry   (rustc -Zpatchable-function-entry=10,8)\n\
          \x20         or #[fntrace::instrument_fn] on the functions to trace"
     )
 }

@@ -1,6 +1,7 @@
 //! `cargo fntrace run --instrument=mcount` on a fresh Cargo project
-//! records and reports with no further steps; `--instrument=fentry` is
-//! refused with the alternatives named.
+//! records and reports with no further steps; `--instrument=xray` and
+//! `fentry` (patchable entries) never patch functions marked off and
+//! follow `fntrace::enable`/`disable` at run time.
 
 use std::process::Command;
 
@@ -46,15 +47,6 @@ fn cargo_fntrace_run_mcount_records_a_fresh_project() {
     assert_eq!(fib.calls, 1973);
     // The normal target directory was not touched.
     assert!(!proj.join("target/debug").exists());
-
-    let out = Command::new(&bin)
-        .args(["fntrace", "build", "--instrument=fentry"])
-        .current_dir(&proj)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("patchable") && err.contains("xray"), "{err}");
 }
 
 fn project(dir: &std::path::Path, deps: &str) -> std::path::PathBuf {
@@ -156,7 +148,7 @@ fn static_runtime_and_gprof_linking() {
 }
 
 #[test]
-fn cargo_fntrace_xray_never_patches_functions_marked_off() {
+fn cargo_fntrace_xray_and_fentry_never_patch_functions_marked_off() {
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
     common::preload();
     let d = tempfile::tempdir().unwrap();
@@ -177,31 +169,49 @@ fn hidden(n: u64) -> u64 {
 fn main() {
     let n: u64 = std::env::args().nth(1).unwrap().parse().unwrap();
     let h: u64 = (0..10).map(|i| hidden(black_box(i))).sum();
-    println!("{}", traced(n) + h);
+    let a = traced(n);
+    // Switched off, this call is not recorded; switched on again, it is.
+    assert_eq!(fntrace::disable("^demo::traced$"), Ok(1));
+    let b = traced(n);
+    assert_eq!(fntrace::enable("^demo::traced$"), Ok(1));
+    let c = traced(n);
+    assert!(fntrace::enable("(").is_err());
+    println!("{}", a + b + c + h);
 }
 "#,
     )
     .unwrap();
-    let out = Command::new(&bin)
-        .args(["fntrace", "run", "--instrument=xray", "--", "10"])
-        .current_dir(&proj)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "110\n");
-    let t = fntrace_format::Trace::open(proj.join("target/fntrace/xray/fntrace.data")).unwrap();
-    let rows = fntrace_cli::commands::report_rows(&t, false, fntrace_cli::commands::SortKey::Name);
-    let calls = |f: &str| rows.iter().find(|r| r.function == f).map(|r| r.calls);
-    assert_eq!(calls("demo::traced"), Some(177), "{rows:?}");
-    assert_eq!(calls("demo::main"), Some(1), "{rows:?}");
-    assert_eq!(
-        calls("demo::hidden"),
-        None,
-        "an off function was patched: {rows:?}"
-    );
+    for mode in ["xray", "fentry"] {
+        let out = Command::new(&bin)
+            .args([
+                "fntrace",
+                "run",
+                &format!("--instrument={mode}"),
+                "--",
+                "10",
+            ])
+            .current_dir(&proj)
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("RUSTFLAGS")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "220\n", "{mode}");
+        let t =
+            fntrace_format::Trace::open(proj.join(format!("target/fntrace/{mode}/fntrace.data")))
+                .unwrap();
+        let rows =
+            fntrace_cli::commands::report_rows(&t, false, fntrace_cli::commands::SortKey::Name);
+        let calls = |f: &str| rows.iter().find(|r| r.function == f).map(|r| r.calls);
+        assert_eq!(calls("demo::traced"), Some(2 * 177), "{mode}: {rows:?}");
+        assert_eq!(calls("demo::main"), Some(1), "{mode}: {rows:?}");
+        assert_eq!(
+            calls("demo::hidden"),
+            None,
+            "{mode}: an off function was patched: {rows:?}"
+        );
+    }
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //! (`FNTRACE_OUTPUT` and friends) in the runtime's constructor; `dlopen`
 //! is wrapped so modules loaded later are added to the trace's module map.
 
+pub use fntrace_rt::dynamic::{fntrace_disable, fntrace_enable};
 pub use fntrace_rt::hooks::dl::{dlclose, dlopen};
 pub use fntrace_rt::hooks::tramp::{
     __cyg_profile_func_enter, __cyg_profile_func_exit, __fentry__, _mcount, mcount,

@@ -1,8 +1,10 @@
 //! `-A`/`-R`: which functions get their integer arguments and return value
 //! recorded.
 //!
-//! Specs are `REGEX@arg1,arg3` (arguments 1–6, the System V integer
-//! argument registers) and `REGEX@retval`, over demangled names, resolved
+//! Specs are `FUNC@arg1,arg3` (arguments 1–6, the System V integer
+//! argument registers) and `FUNC@retval`, over demangled names (FUNC is a
+//! name, matching it whole or as the last path components, or a regular
+//! expression; see [`pattern_regex`]), resolved
 //! to address ranges per loaded object like the `-F`/`-N` filters. The hot
 //! path looks here only when [`crate::filter::FEAT_ARGS`] is set, and only
 //! for calls that are recorded.
@@ -73,13 +75,28 @@ pub fn parse_spec(spec: &str, retval: bool) -> Result<(String, u8), String> {
     Ok((pat.to_string(), mask))
 }
 
+/// The regular expression a spec's function pattern stands for: a plain
+/// name (letters, digits, `_`, `::`) matches that full name or a name
+/// ending in `::NAME` (so `fib` is `fib::fib` but not `fib::main`);
+/// anything else is a regular expression as written.
+pub fn pattern_regex(p: &str) -> String {
+    if !p.is_empty()
+        && p.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    {
+        format!("(^|::){p}$")
+    } else {
+        p.to_string()
+    }
+}
+
 /// Sets the specs (already split into pattern and mask) and resolves them
 /// in the loaded objects.
 pub fn set_specs(specs: &[(String, u8)]) -> Result<(), String> {
     let mut v = vec![];
     for (p, m) in specs {
-        let re =
-            regex_lite::Regex::new(p).map_err(|e| format!("bad function pattern {p:?}: {e}"))?;
+        let re = regex_lite::Regex::new(&pattern_regex(p))
+            .map_err(|e| format!("bad function pattern {p:?}: {e}"))?;
         v.push((re, *m));
     }
     let any = !v.is_empty();
@@ -194,5 +211,10 @@ mod tests {
                 .contains("no function")
         );
         assert!(parse_spec("f@ret", false).unwrap_err().contains("\"ret\""));
+        let re = |p: &str| regex_lite::Regex::new(&pattern_regex(p)).unwrap();
+        assert!(re("fib").is_match("fib") && re("fib").is_match("fib::fib"));
+        assert!(!re("fib").is_match("fib::main") && !re("fib").is_match("myfib"));
+        assert!(re("work::fib").is_match("app::work::fib"));
+        assert!(re("^fib").is_match("fib::main"));
     }
 }

@@ -14,6 +14,7 @@
 //! - [`dynamic`]: patchable entry sites switched on and off at run time,
 //!   the control socket of `fntrace live`;
 //! - [`args`]: `-A`/`-R` argument and return-value capture;
+//! - [`live`]: `enable`/`disable` from inside the program;
 //! - [`filter`]: record-time depth limit and function filters;
 //! - [`clock`]: TSC timestamps and their calibration;
 //! - [`procinfo`]: the process description written into the trace (module
@@ -28,6 +29,7 @@ pub mod clock;
 pub mod dynamic;
 pub mod filter;
 pub mod hooks;
+pub mod live;
 pub mod patch;
 pub mod procinfo;
 pub mod recorder;

@@ -82,6 +82,32 @@ pub fn output_path() -> Option<PathBuf> {
     fntrace_rt::output_path()
 }
 
+/// Switches on tracing of the functions whose demangled name matches
+/// `pattern` (a regular expression), for code fntrace patches at run time:
+/// patchable entry sites (`cargo fntrace build --instrument=fentry` or
+/// `patchable`, `gcc -fpatchable-function-entry=N`, `gcc -pg -mfentry
+/// -mnop-mcount -mrecord-mcount`) and XRay sleds. Takes effect at once in
+/// every thread, also in objects loaded later; `#[instrument_fn = "off"]`
+/// functions stay off. Returns how many functions were switched on.
+///
+/// Needs the patching runtime: the program runs under `fntrace record`
+/// (which injects it), or uses this crate's `compiler-hooks` feature.
+///
+/// ```no_run
+/// fntrace::enable("^myapp::parse").expect("patching runtime present");
+/// // ... the calls to be traced ...
+/// fntrace::disable("^myapp::parse").unwrap();
+/// ```
+pub fn enable(pattern: &str) -> Result<usize, String> {
+    fntrace_rt::live::switch_functions(pattern, true)
+}
+
+/// Switches off tracing of the functions whose name matches `pattern`
+/// (their sites become NOPs again); the counterpart of [`enable`].
+pub fn disable(pattern: &str) -> Result<usize, String> {
+    fntrace_rt::live::switch_functions(pattern, false)
+}
+
 #[doc(hidden)]
 pub mod __private {
     pub use fntrace_rt::site::{

@@ -95,15 +95,11 @@ pub fn mode_flags(mode: &str) -> Result<(Vec<String>, bool), String> {
             ],
             true,
         ),
-        "fentry" => {
-            return Err(
-                "rustc 1.95 cannot emit __fentry__ calls (-Zinstrument-mcount=fentry only \
-                        exists in newer nightlies). Use --instrument=patchable (NOP entries that \
-                        fntrace patches into fentry-style calls), --instrument=xray, or \
-                        --instrument=mcount."
-                    .into(),
-            );
-        }
+        // rustc 1.95 has no `__fentry__` calls (`-Zinstrument-mcount=fentry`
+        // is newer): patchable entries give the same semantics (the hook
+        // runs before the prologue, arguments intact) once fntrace switches
+        // them on, which `fntrace record` does at start.
+        "fentry" | "patchable" => (vec!["-Zpatchable-function-entry=10,8".into()], true),
         "xray" => {
             let mut v = vec![];
             for o in opts {
@@ -126,7 +122,6 @@ pub fn mode_flags(mode: &str) -> Result<(Vec<String>, bool), String> {
             }
             (vec![format!("-Zinstrument-xray={}", v.join(","))], true)
         }
-        "patchable" => (vec!["-Zpatchable-function-entry=10,8".into()], true),
         _ => return Err(format!("unknown --instrument mode {name:?}\n{USAGE}")),
     })
 }
@@ -305,8 +300,14 @@ mod tests {
         );
         assert!(mode_flags("xray:bogus").is_err());
         assert!(mode_flags("mcount:x").is_err());
-        let e = mode_flags("fentry").unwrap_err();
-        assert!(e.contains("patchable") && e.contains("xray"), "{e}");
+        assert_eq!(
+            mode_flags("fentry").unwrap().0,
+            vec!["-Zpatchable-function-entry=10,8"]
+        );
+        assert_eq!(
+            mode_flags("fentry").unwrap(),
+            mode_flags("patchable").unwrap()
+        );
         assert!(mode_flags("maybe").is_err());
     }
 }

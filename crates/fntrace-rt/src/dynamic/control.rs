@@ -21,26 +21,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-/// Environment variable: `1` starts the control socket (what
-/// `fntrace record` sets unless `--no-control`).
-pub const ENV_CONTROL: &str = "FNTRACE_CONTROL";
-
-/// The directory holding control sockets of this user's processes.
-pub fn socket_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        let d = PathBuf::from(d);
-        if d.is_dir() {
-            return d.join("fntrace");
-        }
-    }
-    // SAFETY: geteuid cannot fail.
-    PathBuf::from(format!("/tmp/fntrace-{}", unsafe { libc::geteuid() }))
-}
-
-/// The control socket of process `pid`.
-pub fn socket_path(pid: u32) -> PathBuf {
-    socket_dir().join(format!("{pid}.sock"))
-}
+pub use crate::live::{ENV_CONTROL, socket_dir, socket_path};
 
 /// Creates (or checks) the private socket directory.
 fn private_dir() -> Result<PathBuf, String> {

@@ -158,7 +158,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
     let later = SCANNED_ONCE.swap(true, Ordering::AcqRel);
     // Rewriting one-byte NOP runs is safe before other threads exist, and
     // in objects just loaded (no other thread has run their code yet).
-    let may_fix = later || single_threaded();
+    let mut may_fix = later.then_some(true);
     let mut total = Changed::default();
     for (start, size, bias, path) in loaded {
         if path.as_os_str().is_empty()
@@ -181,8 +181,11 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             let k = names.partition_point(|n| n.0 < e);
             let next = names.get(k).map(|n| n.0);
             match sites::classify(e, &read_code, next) {
-                Ok(s) if s.fixup.is_some() && !may_fix => skipped
-                    .push("one-byte NOPs cannot be rewritten while other threads run".to_string()),
+                Ok(s) if s.fixup.is_some() && !*may_fix.get_or_insert_with(single_threaded) => {
+                    skipped.push(
+                        "one-byte NOPs cannot be rewritten while other threads run".to_string(),
+                    )
+                }
                 Ok(s) => found.push(s),
                 Err(Skip::Native) => {}
                 Err(Skip::Unsupported(why)) => skipped.push(why),
@@ -428,6 +431,10 @@ fn add_rule(pattern: &str, on: bool) -> Result<Changed, String> {
         .map_err(|e| format!("bad function pattern {pattern:?}: {e}"))?;
     let _code = patch::lock();
     let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+    // The last matching rule decides, so an earlier rule with the same
+    // pattern can never decide again: drop it (a program that toggles the
+    // same pattern keeps one rule).
+    reg.rules.retain(|(r, _)| r.as_str() != pattern);
     reg.rules.push((re, on));
     let mut c = scan_locked(&mut reg);
     for i in 0..reg.objects.len() {
@@ -480,4 +487,58 @@ pub fn switch_functions(pattern: &str, on: bool) -> Result<usize, String> {
     let c = add_rule(pattern, on)?;
     let n = if on { c.on } else { c.off };
     Ok(n + crate::xray::api::patch_matching(pattern, on)?)
+}
+
+/// Shared body of the C entry points.
+///
+/// # Safety
+/// `pattern` must be a NUL-terminated string.
+unsafe fn c_switch(pattern: *const libc::c_char, on: bool) -> libc::c_long {
+    if pattern.is_null() {
+        return -1;
+    }
+    // SAFETY: the caller's contract.
+    let Ok(p) = unsafe { std::ffi::CStr::from_ptr(pattern) }.to_str() else {
+        return -1;
+    };
+    if regex_lite::Regex::new(p).is_err() {
+        return -1;
+    }
+    // The patcher's own calls are never recorded (when the caller is not
+    // already inside the runtime).
+    let mut r = None;
+    if !crate::recorder::guarded(|| r = Some(switch_functions(p, on))) {
+        r = Some(switch_functions(p, on));
+    }
+    match r.unwrap_or(Ok(0)) {
+        Ok(n) => n as libc::c_long,
+        Err(e) => {
+            eprintln!("fntrace: {e}");
+            -2
+        }
+    }
+}
+
+/// C API: switches on the functions whose demangled name matches the
+/// regular expression `pattern` (patchable sites and XRay sleds). Returns
+/// how many functions changed, -1 for a bad pattern, -2 if patching
+/// failed (the reason is printed on standard error).
+///
+/// # Safety
+/// `pattern` must be a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fntrace_enable(pattern: *const libc::c_char) -> libc::c_long {
+    // SAFETY: the caller's contract.
+    unsafe { c_switch(pattern, true) }
+}
+
+/// C API: switches off the functions whose name matches `pattern`; the
+/// same results as [`fntrace_enable`].
+///
+/// # Safety
+/// `pattern` must be a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fntrace_disable(pattern: *const libc::c_char) -> libc::c_long {
+    // SAFETY: the caller's contract.
+    unsafe { c_switch(pattern, false) }
 }
