@@ -631,6 +631,16 @@ fn live(pid: u32, command: &[String], enable: &[String], disable: &[String]) -> 
     };
     let mut w = s.try_clone()?;
     let mut r = BufReader::new(s);
+    let mut hello = String::new();
+    r.read_line(&mut hello)
+        .with_context(|| format!("{}: no answer", path.display()))?;
+    if let Some(e) = hello.trim_end().strip_prefix("error: ") {
+        eprintln!("fntrace: process {pid}: {e}");
+        return Ok(ExitCode::from(2));
+    }
+    if !hello.starts_with("ok") {
+        bail!("{}: not an fntrace control socket", path.display());
+    }
     let interactive = lines.is_empty();
     let mut failed = false;
     let stdin = io::stdin();
@@ -661,9 +671,6 @@ fn live(pid: u32, command: &[String], enable: &[String], disable: &[String]) -> 
             if let Some(e) = a.strip_prefix("error: ") {
                 eprintln!("fntrace: process {pid}: {e}");
                 failed = true;
-                if e.starts_with("refused") {
-                    return Ok(ExitCode::from(2));
-                }
                 break;
             }
             println!("{a}");

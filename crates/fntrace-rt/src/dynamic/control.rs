@@ -8,8 +8,10 @@
 //! again with `SO_PEERCRED` (the peer's effective uid must be ours) and
 //! refused with a message otherwise.
 //!
-//! Protocol: one command per line, each answered by lines ending in one
-//! line that starts with `ok` or `error:`.
+//! Protocol: the server greets with one line (`ok fntrace control, pid
+//! N`, or `error: refused: ...` before it closes); then one command per
+//! line, each answered by lines ending in one line that starts with `ok`
+//! or `error:`.
 //! - `enable REGEX`, `disable REGEX`: switch functions on or off (patchable
 //!   sites and XRay sleds);
 //! - `list`: the functions switched on;
@@ -120,7 +122,9 @@ fn serve(l: UnixListener) {
                     continue;
                 }
             }
-            let _ = session(s);
+            if writeln!(s, "ok fntrace control, pid {}", std::process::id()).is_ok() {
+                let _ = session(s);
+            }
         }
     });
 }

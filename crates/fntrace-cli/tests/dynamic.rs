@@ -1,0 +1,402 @@
+//! Dynamic tracing end to end: patchable entry sites (gcc
+//! `-fpatchable-function-entry`, gcc `-pg -mfentry -mnop-mcount
+//! -mrecord-mcount`, rustc `-Zpatchable-function-entry`) switched on by
+//! `fntrace record`, selective patching with `-F`, switching 10,000 times
+//! while 4 threads run, `fntrace live` on a running process (and a peer
+//! of another user refused), arguments and return values. gcc and rustc
+//! are required (a missing tool fails the test).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use fntrace_cli::analysis::{Call, Visitor, walk_thread};
+use fntrace_cli::commands::{SortKey, report_rows};
+use fntrace_format::Trace;
+
+mod common;
+use common::{fntrace_bin, preload};
+
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dynamic");
+const FIB_C: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/workloads/fib.c"
+);
+const FIB_RS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/workloads/fib.rs"
+);
+
+/// The gcc builds with patchable sites: name and flags.
+const GCC_MODES: [(&str, &[&str]); 4] = [
+    ("pfe5", &["-fpatchable-function-entry=5"]),
+    ("pfe10-8", &["-fpatchable-function-entry=10,8"]),
+    (
+        "nop-mcount",
+        &[
+            "-fno-pie",
+            "-no-pie",
+            "-pg",
+            "-mfentry",
+            "-mnop-mcount",
+            "-mrecord-mcount",
+        ],
+    ),
+    (
+        "pfe5-cet",
+        &["-fpatchable-function-entry=5", "-fcf-protection=full"],
+    ),
+];
+
+fn run(tool: &str, args: &[&str]) {
+    let out = Command::new(tool)
+        .args(args)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("{tool} is required for this test: {e}"));
+    assert!(
+        out.status.success(),
+        "{tool} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn gcc(dir: &Path, src: &str, name: &str, flags: &[&str]) -> PathBuf {
+    let bin = dir.join(name);
+    let mut a = vec!["-O2", "-fno-optimize-sibling-calls"];
+    a.extend_from_slice(flags);
+    a.extend_from_slice(&["-o", bin.to_str().unwrap(), src, "-lpthread", "-ldl"]);
+    run("gcc", &a);
+    bin
+}
+
+/// `fntrace record -o DIR/t.data OPTS -- BIN ARGS`: (stdout, stderr, trace).
+fn record(dir: &Path, opts: &[&str], bin: &Path, args: &[&str]) -> (String, String, PathBuf) {
+    let data = dir.join("t.data");
+    let out = Command::new(fntrace_bin())
+        .arg("record")
+        .arg("-o")
+        .arg(&data)
+        .args(opts)
+        .arg("--")
+        .arg(bin)
+        .args(args)
+        .env("FNTRACE_PRELOAD", preload())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (String::from_utf8(out.stdout).unwrap(), err, data)
+}
+
+/// Calls per function; asserts the trace is undamaged and every thread's
+/// stream well nested.
+fn calls(data: &Path) -> std::collections::HashMap<String, u64> {
+    let t = Trace::open(data).unwrap();
+    assert!(t.damage().is_empty(), "{:?}", t.damage());
+    struct Nest;
+    impl Visitor for Nest {
+        fn call(&mut self, c: &Call) {
+            assert!(c.end >= c.start);
+        }
+    }
+    for tid in t.thread_ids() {
+        let s = walk_thread(&t, tid, &mut Nest);
+        assert_eq!(s.unmatched_exits, 0, "thread {tid}");
+        assert!(s.damage.is_empty());
+    }
+    report_rows(&t, false, SortKey::Name)
+        .into_iter()
+        .map(|r| (r.function, r.calls))
+        .collect()
+}
+
+#[test]
+fn fib_call_count_for_each_patchable_build() {
+    let d = tempfile::tempdir().unwrap();
+    let mut bins: Vec<(String, PathBuf, &str)> = GCC_MODES
+        .iter()
+        .map(|(n, f)| (n.to_string(), gcc(d.path(), FIB_C, n, f), "fib"))
+        .collect();
+    let rs = d.path().join("fib-rs");
+    run(
+        "rustc",
+        &[
+            "-O",
+            "-Zpatchable-function-entry=10,8",
+            "-o",
+            rs.to_str().unwrap(),
+            FIB_RS,
+        ],
+    );
+    bins.push(("rustc 10,8".into(), rs, "fib::fib"));
+    for (name, bin, func) in bins {
+        let (out, err, data) = record(d.path(), &[], &bin, &["25"]);
+        assert_eq!(out, "75025\n", "{name}: {err}");
+        let c = calls(&data);
+        assert_eq!(c.get(func).copied(), Some(242785), "{name}: {c:?}");
+        // Unrecorded, the program is unchanged.
+        let plain = Command::new(&bin).arg("20").output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&plain.stdout), "6765\n", "{name}");
+    }
+}
+
+#[test]
+fn filter_patches_only_the_selected_function() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in GCC_MODES {
+        let bin = gcc(d.path(), &format!("{SRC}/live.c"), name, flags);
+        let mut child = Command::new(fntrace_bin())
+            .args(["record", "-o"])
+            .arg(d.path().join("t.data"))
+            .args(["-F", "^hot_a$", "--"])
+            .arg(&bin)
+            .env("FNTRACE_PRELOAD", preload())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut w = child.stdin.take().unwrap();
+        let mut r = BufReader::new(child.stdout.take().unwrap());
+        let pid = read_pid(&mut r);
+        writeln!(w, "run").unwrap();
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        assert!(l.starts_with("ran "), "{name}: {l}");
+        // hot_b's entry is still a NOP (the compiler's, or the 5-byte or
+        // 2-byte NOP fntrace rewrote a run of one-byte NOPs into at start).
+        let (a, b) = (
+            entry_bytes(pid, &bin, "hot_a"),
+            entry_bytes(pid, &bin, "hot_b"),
+        );
+        assert!(is_nop_entry(&b), "{name}: hot_b was changed: {b:02x?}");
+        assert!(!is_nop_entry(&a), "{name}: hot_a not patched: {a:02x?}");
+        drop(w);
+        assert!(child.wait().unwrap().success());
+        let c = calls(&d.path().join("t.data"));
+        assert_eq!(c.get("hot_a").copied(), Some(1000), "{name}: {c:?}");
+        assert_eq!(c.get("hot_b"), None, "{name}: {c:?}");
+        assert_eq!(c.get("main"), None, "{name}: {c:?}");
+    }
+}
+
+fn read_pid(r: &mut impl BufRead) -> u32 {
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    l.trim()
+        .strip_prefix("pid ")
+        .unwrap_or_else(|| panic!("no pid line: {l:?}"))
+        .parse()
+        .unwrap()
+}
+
+/// The first 8 bytes of function `f` of `bin` in the running process
+/// `pid` (after an `endbr64`, if any).
+fn entry_bytes(pid: u32, bin: &Path, f: &str) -> Vec<u8> {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(bin).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let sym = obj
+        .symbols()
+        .find(|s| s.name() == Ok(f))
+        .unwrap_or_else(|| panic!("no symbol {f}"));
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let base = if obj.kind() == object::ObjectKind::Dynamic {
+        let l = maps
+            .lines()
+            .find(|l| l.ends_with(bin.to_str().unwrap()))
+            .unwrap();
+        u64::from_str_radix(l.split('-').next().unwrap(), 16).unwrap()
+    } else {
+        0
+    };
+    let mut b = vec![0u8; 12];
+    let f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, base + sym.address()).unwrap();
+    if b[..4] == [0xf3, 0x0f, 0x1e, 0xfa] {
+        b.drain(..4);
+    }
+    b.truncate(8);
+    b
+}
+
+fn is_nop_entry(b: &[u8]) -> bool {
+    b[..5] == [0x90; 5]
+        || b[..5] == [0x0f, 0x1f, 0x44, 0x00, 0x00]
+        || b[..2] == [0x90, 0x90]
+        || b[..2] == [0x66, 0x90]
+}
+
+#[test]
+fn switching_10000_times_while_four_threads_run() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in GCC_MODES {
+        let bin = gcc(d.path(), &format!("{SRC}/stress.c"), name, flags);
+        let (out, err, data) = record(d.path(), &[], &bin, &[]);
+        assert_eq!(out, "switching ok 1, workers ok 4\n", "{name}: {err}");
+        let t = Trace::open(&data).unwrap();
+        let c = calls(&data);
+        assert!(c.get("work").copied().unwrap_or(0) > 1000, "{name}: {c:?}");
+        // Every worker recorded while switched on.
+        struct Count(u64);
+        impl Visitor for Count {
+            fn call(&mut self, _c: &Call) {
+                self.0 += 1;
+            }
+        }
+        let busy = t
+            .thread_ids()
+            .into_iter()
+            .filter(|&tid| {
+                let mut v = Count(0);
+                walk_thread(&t, tid, &mut v);
+                v.0 > 1000
+            })
+            .count();
+        assert_eq!(busy, 4, "{name}");
+    }
+}
+
+#[test]
+fn arguments_and_return_values() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in &GCC_MODES[..3] {
+        let bin = gcc(d.path(), FIB_C, name, flags);
+        let (out, _, data) = record(
+            d.path(),
+            &["-A", "fib@arg1", "-R", "fib@retval"],
+            &bin,
+            &["30"],
+        );
+        assert_eq!(out, "832040\n");
+        let r = Command::new(fntrace_bin())
+            .args(["replay", "--depth", "2"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&r.stdout);
+        assert!(text.contains("fib(30) = 832040"), "{name}: {text}");
+    }
+    // Bad specs are refused before the program runs, naming the problem.
+    let out = Command::new(fntrace_bin())
+        .args(["record", "-A", "fib@arg9", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("arg9"));
+}
+
+#[test]
+fn live_changes_a_running_process_and_refuses_other_users() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = gcc(
+        d.path(),
+        &format!("{SRC}/live.c"),
+        "live",
+        &["-fpatchable-function-entry=5"],
+    );
+    let data = d.path().join("t.data");
+    let mut child = Command::new(fntrace_bin())
+        .args(["record", "-o"])
+        .arg(&data)
+        .args(["-F", "^hot_a$", "--"])
+        .arg(&bin)
+        .env("FNTRACE_PRELOAD", preload())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut w = child.stdin.take().unwrap();
+    let mut r = BufReader::new(child.stdout.take().unwrap());
+    let pid = read_pid(&mut r);
+    let mut round = || {
+        writeln!(w, "run").unwrap();
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        assert!(l.starts_with("ran "), "{l}");
+    };
+    round();
+    let live = |args: &[&str]| {
+        let o = Command::new(fntrace_bin())
+            .arg("live")
+            .arg(pid.to_string())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    // The control socket may take a moment after start-up.
+    let (ok, out, err) = live(&["status"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("enabled 1"), "{out}");
+    let (ok, out, err) = live(&["-N", "^hot_a$", "-F", "^hot_b$"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("ok 1 functions disabled"), "{out}");
+    assert!(out.contains("ok 1 functions enabled"), "{out}");
+    let (ok, out, _) = live(&["list"]);
+    assert!(ok && out.starts_with("hot_b\nok 1"), "{out}");
+    let (ok, _, err) = live(&["enable", "("]);
+    assert!(!ok && err.contains("bad function pattern"), "{err}");
+    round();
+    refused_for_other_users(pid);
+    let (ok, _, err) = live(&["disable", "hot_b"]);
+    assert!(ok, "{err}");
+    round();
+    drop(w);
+    assert!(child.wait().unwrap().success());
+    let c = calls(&data);
+    assert_eq!(c.get("hot_a").copied(), Some(1000), "{c:?}");
+    assert_eq!(c.get("hot_b").copied(), Some(1000), "{c:?}");
+    // The socket is gone with the process.
+    assert!(!fntrace_rt::live::socket_path(pid).exists());
+    let (ok, _, err) = live(&["status"]);
+    assert!(!ok && err.contains(&pid.to_string()), "{err}");
+}
+
+/// Another user (nobody) cannot reach the socket: the private directory
+/// stops it, and with the directory opened up the runtime's SO_PEERCRED
+/// check refuses it. Needs root (to act as another user).
+fn refused_for_other_users(pid: u32) {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: the other-user check needs root to run as nobody");
+        return;
+    }
+    // A copy of fntrace that nobody can run.
+    let dir = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("fntrace");
+    std::fs::copy(fntrace_bin(), &exe).unwrap();
+    let as_nobody = || {
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&exe)
+            .args(["live", &pid.to_string(), "disable", "."])
+            .env_remove("XDG_RUNTIME_DIR")
+            .output()
+            .expect("setpriv (util-linux) is required");
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = as_nobody();
+    assert!(!ok, "nobody could control the process");
+    assert!(err.contains("refused"), "{err}");
+    // Open the directory and the socket: the runtime itself refuses.
+    let sock = fntrace_rt::live::socket_path(pid);
+    let sdir = sock.parent().unwrap().to_path_buf();
+    let mode = std::fs::metadata(&sdir).unwrap().permissions().mode();
+    std::fs::set_permissions(&sdir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (ok, err) = as_nobody();
+    std::fs::set_permissions(&sdir, std::fs::Permissions::from_mode(mode)).unwrap();
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(!ok, "nobody could control the process");
+    assert!(err.contains("peer uid 65534"), "{err}");
+}
