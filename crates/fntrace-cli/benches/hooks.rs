@@ -15,75 +15,14 @@ use std::time::Instant;
 
 const N: &str = "30";
 const CALLS: f64 = 2_692_537.0;
-const RUNS: usize = 7;
 
-/// Builds `examples/workloads/fib.c` with `cc -O2 -fno-optimize-sibling-calls`
-/// and `flags` into `dir/name`.
-fn build(cc: &str, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let src = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/workloads/fib.c"
-    );
-    let out = dir.join(name);
-    let st = Command::new(cc)
-        .args(["-O2", "-fno-optimize-sibling-calls"])
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(src)
-        .status()
-        .unwrap_or_else(|e| panic!("{cc}: {e}"));
-    assert!(st.success());
-    out
-}
-
-fn gcc(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    build("gcc", dir, name, flags)
-}
-
-/// Best wall time of `RUNS` runs, in seconds.
-fn best(dir: &Path, mut make: impl FnMut() -> Command) -> f64 {
-    (0..RUNS)
-        .map(|_| {
-            let mut c = make();
-            c.current_dir(dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            // Outputs are removed first, as `fntrace record` does.
-            let _ = std::fs::remove_file(dir.join("t.data"));
-            let _ = std::fs::remove_dir_all(dir.join("uftrace.data"));
-            let t = Instant::now();
-            let st = c.status().expect("run");
-            let e = t.elapsed().as_secs_f64();
-            assert!(st.success(), "{c:?} failed");
-            e
-        })
-        .fold(f64::INFINITY, f64::min)
-}
-
-fn size(p: &Path) -> u64 {
-    if p.is_dir() {
-        std::fs::read_dir(p)
-            .map(|d| d.filter_map(|e| e.ok()).map(|e| size(&e.path())).sum())
-            .unwrap_or(0)
-    } else {
-        std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
-    }
-}
+mod common;
+use common::{RUNS, best, build, gcc, size};
 
 fn main() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
-    let st = Command::new(env!("CARGO"))
-        .args(["build", "-q", "--release", "-p", "fntrace-preload"])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let bin_dir = PathBuf::from(env!("CARGO_BIN_EXE_fntrace"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let preload = bin_dir.join("libfntrace_preload.so");
+    let preload = common::preload();
     let plain = gcc(dir, "fib", &[]);
     let pg = gcc(dir, "fib-pg", &["-pg"]);
     let fentry = gcc(dir, "fib-fentry", &["-pg", "-mfentry"]);

@@ -245,8 +245,17 @@ pub fn set_filters(trace: &[&str], notrace: &[&str]) -> Result<(), String> {
         notrace: compile(notrace)?,
     };
     let any = !p.trace.is_empty() || !p.notrace.is_empty();
+    set_feature(FEAT_FILTERS, false);
     HAS_TRACE.store(!p.trace.is_empty(), Ordering::Relaxed);
-    *PATTERNS.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+    // New patterns: every module is classified again (no filters: none is,
+    // and nothing is scanned until filters are set).
+    *PATTERNS.lock().unwrap_or_else(|e| e.into_inner()) = any.then_some(p);
+    SCANNED.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    // The old table is leaked (a thread may still be reading it).
+    RANGES.store(core::ptr::null_mut(), Ordering::Release);
+    for c in CACHE.iter() {
+        c.store(0, Ordering::Relaxed);
+    }
     scan_new_modules();
     set_feature(FEAT_FILTERS, any);
     Ok(())

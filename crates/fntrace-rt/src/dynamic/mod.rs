@@ -248,13 +248,15 @@ fn fix_up(found: &[Site], path: &std::path::Path) -> Result<(), String> {
     }
     let _w = text::Writable::open(&ranges, &path.display().to_string())?;
     for s in found {
+        let bytes: &[u8] = match s.fixup {
+            Some(Fixup::Nop5) => &int3::NOP5,
+            Some(Fixup::Nop2) => &sites::PREFIX_OFF,
+            None => continue,
+        };
         // SAFETY: the pages are writable (`_w`) and no other thread can be
-        // inside these NOP runs (the caller checked).
-        match s.fixup {
-            Some(Fixup::Nop5) => unsafe { text::write_bytes(s.addr, &int3::NOP5) },
-            Some(Fixup::Nop2) => unsafe { text::write_bytes(s.addr, &sites::PREFIX_OFF) },
-            None => {}
-        }
+        // inside these NOP runs (the caller checked), so no thread decodes
+        // the bytes while they change; the new bytes are NOPs too.
+        unsafe { text::write_bytes(s.addr, bytes) };
     }
     Ok(())
 }
