@@ -400,3 +400,46 @@ fn refused_for_other_users(pid: u32) {
     assert!(!ok, "nobody could control the process");
     assert!(err.contains("peer uid 65534"), "{err}");
 }
+
+#[test]
+fn shared_objects_loaded_at_start_and_by_dlopen() {
+    let d = tempfile::tempdir().unwrap();
+    let hooks = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hooks");
+    for (name, flags) in &GCC_MODES[..2] {
+        let lib = d.path().join(format!("libplugin-{name}.so"));
+        let mut a = vec!["-O2", "-fPIC", "-shared"];
+        a.extend_from_slice(flags);
+        let src = format!("{hooks}/dl_plugin.c");
+        a.extend_from_slice(&["-o", lib.to_str().unwrap(), &src]);
+        run("gcc", &a);
+        let l = lib.to_str().unwrap();
+        let bin = gcc(d.path(), &format!("{hooks}/dl_main.c"), "dl_main", flags);
+        let plain = Command::new(&bin).arg(l).output().unwrap();
+        let (out, err, data) = record(d.path(), &[], &bin, &[l]);
+        assert_eq!(out.as_bytes(), plain.stdout, "{name}: {err}");
+        let c = calls(&data);
+        assert_eq!(c.get("plugin_helper").copied(), Some(10), "{name}: {c:?}");
+        assert_eq!(c.get("local_fn").copied(), Some(10), "{name}: {c:?}");
+        // Selection applies to objects loaded later too.
+        let (_, _, data) = record(d.path(), &["-F", "^plugin_helper$"], &bin, &[l]);
+        let c = calls(&data);
+        assert_eq!(c.get("plugin_helper").copied(), Some(10), "{name}: {c:?}");
+        assert_eq!(c.get("plugin_work"), None, "{name}: {c:?}");
+        assert_eq!(c.get("local_fn"), None, "{name}: {c:?}");
+        // Linked at start (DT_NEEDED).
+        let rpath = format!("-Wl,-rpath,{}", d.path().display());
+        let linked = d.path().join("linked");
+        let src = format!("{hooks}/dl_linked.c");
+        let mut a = vec!["-O2"];
+        a.extend_from_slice(flags);
+        a.extend_from_slice(&["-o", linked.to_str().unwrap(), &src, l, &rpath]);
+        run("gcc", &a);
+        let (_, err, data) = record(d.path(), &[], &linked, &[]);
+        let c = calls(&data);
+        assert_eq!(
+            c.get("plugin_work").copied(),
+            Some(10),
+            "{name}: {err} {c:?}"
+        );
+    }
+}

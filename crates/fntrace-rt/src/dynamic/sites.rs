@@ -94,6 +94,13 @@ pub fn classify(
         }
         let endbr = code(f, 4) == ENDBR64;
         let sw = if endbr { f + 4 } else { f };
+        if sw % 64 == 63 {
+            // One 16-bit store is atomic for other cores' instruction
+            // fetch only within a cache line.
+            return Err(Skip::Unsupported(
+                "the entry's 2-byte NOP straddles a cache line (align functions)".into(),
+            ));
+        }
         let e = code(sw, 2);
         return match e.as_slice() {
             [0x66, 0x90] => Ok(Site {
@@ -173,11 +180,15 @@ mod tests {
     use super::*;
 
     fn mem(base: u64, bytes: Vec<u8>) -> impl Fn(u64, usize) -> Vec<u8> {
+        // Bytes outside `bytes` read as `int3` padding.
         move |a, n| {
-            let o = (a - base) as usize;
-            let mut v = bytes[o.min(bytes.len())..(o + n).min(bytes.len())].to_vec();
-            v.resize(n, 0xcc);
-            v
+            (a..a + n as u64)
+                .map(|x| {
+                    x.checked_sub(base)
+                        .and_then(|o| bytes.get(o as usize).copied())
+                        .unwrap_or(0xcc)
+                })
+                .collect()
         }
     }
 
@@ -225,8 +236,13 @@ mod tests {
         // gcc 10,8: eight prefix NOPs and two 1-byte NOPs at the entry.
         let mut b = vec![0x90; 10];
         b.push(0xc3);
-        let s = classify(0x1000, &mem(0x1000, b), Some(0x1008)).unwrap();
+        let s = classify(0x1000, &mem(0x1000, b.clone()), Some(0x1008)).unwrap();
         assert_eq!((s.layout, s.fixup), (Layout::Prefix, Some(Fixup::Nop2)));
+        // The same at the last byte of a cache line: no atomic switch.
+        assert!(matches!(
+            classify(0x1037, &mem(0x1037, b), Some(0x103f)),
+            Err(Skip::Unsupported(m)) if m.contains("cache line")
+        ));
         // A real call: the compiler-hooks runtime's business.
         let b = vec![0xe8, 1, 2, 3, 4, 0xc3];
         assert_eq!(
