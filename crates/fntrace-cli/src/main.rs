@@ -800,15 +800,24 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
                     .thread_ids()
                     .into_iter()
                     .map(|tid| {
-                        t.stream(tid)
-                            .filter(|r| {
-                                matches!(
-                                    r,
-                                    fntrace_format::Record::Entry { .. }
-                                        | fntrace_format::Record::Exit { .. }
+                        // The fast path: compact events are not built
+                        // into records.
+                        let mut r = t.stream(tid);
+                        let mut n = 0u64;
+                        while let Some(it) = r.next_fast() {
+                            n += match it {
+                                fntrace_format::reader::FastItem::Other(o) => matches!(
+                                    *o,
+                                    fntrace_format::reader::StreamItem::Record(
+                                        fntrace_format::Record::Entry { .. }
+                                            | fntrace_format::Record::Exit { .. }
+                                    )
                                 )
-                            })
-                            .count() as u64
+                                    as u64,
+                                _ => 1,
+                            };
+                        }
+                        n
                     })
                     .sum();
                 let arcs = t.metadata().arcs.len();
