@@ -209,13 +209,19 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             reg.none.push((start, path));
             continue;
         }
-        int3::register(
-            found
-                .iter()
-                .filter(|s| matches!(s.layout, Layout::Nop5 { .. }))
-                .map(|s| s.addr)
-                .collect(),
-        );
+        let nop5 = |s: &Site| matches!(s.layout, Layout::Nop5 { .. });
+        // The SIGTRAP handler must know every 5-byte site before one is
+        // changed; if its table is full, those sites are not used.
+        if !int3::register(found.iter().filter(|s| nop5(s)).map(|s| s.addr).collect()) {
+            let n = found.iter().filter(|s| nop5(s)).count();
+            eprintln!(
+                "fntrace: {}: {n} patchable sites not used (too many objects with 5-byte \
+                 sites for the breakpoint handler's table)",
+                path.display()
+            );
+            reg.skipped += n;
+            found.retain(|s| !nop5(s));
+        }
         let n = found.len();
         reg.objects.push(Object {
             path,
