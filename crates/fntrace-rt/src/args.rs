@@ -18,7 +18,6 @@
 #![cfg_attr(not(feature = "compiler-hooks"), allow(dead_code))]
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// Mask bit for the return value (bits 0–5 are arguments 1–6).
 pub(crate) const RETVAL: u8 = 0x80;
@@ -28,14 +27,9 @@ pub const ENV_ARGS: &str = "FNTRACE_ARGS";
 /// Environment variable with `-R` specs (one per line).
 pub const ENV_RETVAL: &str = "FNTRACE_RETVAL";
 
-struct Table {
-    /// (start, end, mask), sorted by start.
-    v: Vec<(u64, u64, u8)>,
-}
-
-static TABLE: AtomicPtr<Table> = AtomicPtr::new(core::ptr::null_mut());
+/// Functions with something to capture, and their masks.
+static TABLE: crate::ranges::RangeTable<u8> = crate::ranges::RangeTable::new();
 static SPECS: Mutex<Vec<(regex_lite::Regex, u8)>> = Mutex::new(Vec::new());
-static SCANNED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
 /// Parses one spec: `REGEX@arg1,arg2`, `REGEX@retval`, or (for `-R`) a
 /// bare `REGEX`. Returns the pattern and its mask.
@@ -101,8 +95,7 @@ pub fn set_specs(specs: &[(String, u8)]) -> Result<(), String> {
     }
     let any = !v.is_empty();
     *SPECS.lock().unwrap_or_else(|e| e.into_inner()) = v;
-    SCANNED.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    TABLE.store(core::ptr::null_mut(), Ordering::Release);
+    TABLE.reset();
     scan_new_modules();
     crate::filter::set_feature(crate::filter::FEAT_ARGS, any);
     Ok(())
@@ -114,61 +107,19 @@ pub(crate) fn scan_new_modules() {
     if specs.is_empty() {
         return;
     }
-    let mut scanned = SCANNED.lock().unwrap_or_else(|e| e.into_inner());
-    let mut mods = vec![];
-    crate::procinfo::for_each_module(|m| {
-        if !scanned.contains(&m.start) && !m.path.is_empty() {
-            use std::os::unix::ffi::OsStrExt;
-            mods.push((
-                m.start,
-                m.bias,
-                std::path::PathBuf::from(std::ffi::OsStr::from_bytes(m.path)),
-            ));
-        }
+    TABLE.scan_new(|name| {
+        let m = specs
+            .iter()
+            .filter(|(re, _)| re.is_match(name))
+            .fold(0u8, |a, (_, m)| a | m);
+        (m != 0).then_some(m)
     });
-    let mut new = vec![];
-    for (start, bias, path) in mods {
-        scanned.push(start);
-        for (s, e, name) in crate::filter::module_functions(&path, bias) {
-            let m = specs
-                .iter()
-                .filter(|(re, _)| re.is_match(&name))
-                .fold(0u8, |a, (_, m)| a | m);
-            if m != 0 {
-                new.push((s, e, m));
-            }
-        }
-    }
-    if new.is_empty() {
-        return;
-    }
-    let old = TABLE.load(Ordering::Acquire);
-    let mut v = if old.is_null() {
-        vec![]
-    } else {
-        // SAFETY: published tables are leaked, never freed.
-        unsafe { (*old).v.clone() }
-    };
-    v.extend(new);
-    v.sort_unstable();
-    v.dedup_by_key(|e| e.0);
-    TABLE.store(Box::into_raw(Box::new(Table { v })), Ordering::Release);
 }
 
 /// The capture mask of the function starting at (or containing) `func`.
 #[cold]
 pub(crate) fn mask(func: u64) -> u8 {
-    let p = TABLE.load(Ordering::Acquire);
-    if p.is_null() {
-        return 0;
-    }
-    // SAFETY: published tables are leaked, never freed.
-    let r = unsafe { &(*p).v };
-    let k = r.partition_point(|e| e.0 <= func);
-    match k.checked_sub(1).map(|k| r[k]) {
-        Some((s, e, m)) if func >= s && func < e => m,
-        _ => 0,
-    }
+    TABLE.lookup(func).unwrap_or(0)
 }
 
 /// Reads `FNTRACE_ARGS` and `FNTRACE_RETVAL`.

@@ -8,7 +8,7 @@
 #![cfg_attr(not(feature = "compiler-hooks"), allow(dead_code))]
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// A function with no filter of its own.
 pub(crate) const NORMAL: u8 = 0;
@@ -60,17 +60,10 @@ pub(crate) fn depth_ok(depth: u32) -> bool {
     m == 0 || depth < m
 }
 
-/// A sorted table of filtered function ranges (runtime addresses).
-struct Ranges {
-    /// (start, end, class), sorted by start, non-overlapping.
-    v: Vec<(u64, u64, u8)>,
-}
-
-static RANGES: AtomicPtr<Ranges> = AtomicPtr::new(core::ptr::null_mut());
+/// The `-F`/`-N` functions and their class (runtime address ranges).
+static RANGES: crate::ranges::RangeTable<u8> = crate::ranges::RangeTable::new();
 /// Patterns given (`-F` first), kept for modules loaded later.
 static PATTERNS: Mutex<Option<Patterns>> = Mutex::new(None);
-/// Modules already scanned (start address).
-static SCANNED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
 const CACHE_SLOTS: usize = 4096;
 /// Direct-mapped cache: `(addr << 2) | class`, 0 = empty.
@@ -107,18 +100,7 @@ pub(crate) fn classify(func: u64) -> u8 {
 #[cold]
 #[inline(never)]
 fn classify_slow(func: u64, i: usize) -> u8 {
-    let p = RANGES.load(Ordering::Acquire);
-    let class = if p.is_null() {
-        NORMAL
-    } else {
-        // SAFETY: published tables are leaked, never freed.
-        let r = unsafe { &(*p).v };
-        let k = r.partition_point(|e| e.0 <= func);
-        match k.checked_sub(1).map(|k| r[k]) {
-            Some((s, e, c)) if func >= s && func < e => c,
-            _ => NORMAL,
-        }
-    };
+    let class = RANGES.lookup(func).unwrap_or(NORMAL);
     CACHE[i].store(
         ((func & (u64::MAX >> 2)) << 2) | u64::from(class),
         Ordering::Relaxed,
@@ -186,40 +168,10 @@ pub(crate) const FEAT_ARGS: u32 = 8;
 pub(crate) fn scan_new_modules() {
     let pats = PATTERNS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(pats) = pats.as_ref() else { return };
-    let mut scanned = SCANNED.lock().unwrap_or_else(|e| e.into_inner());
-    let mut new: Vec<(u64, u64, u8)> = vec![];
-    let mut mods: Vec<(u64, u64, std::path::PathBuf)> = vec![];
-    crate::procinfo::for_each_module(|m| {
-        if !scanned.contains(&m.start) && !m.path.is_empty() {
-            use std::os::unix::ffi::OsStrExt;
-            mods.push((m.start, m.bias, std::ffi::OsStr::from_bytes(m.path).into()));
+    if RANGES.scan_new(|name| Some(pats.class(name)).filter(|&c| c != NORMAL)) {
+        for c in CACHE.iter() {
+            c.store(0, Ordering::Relaxed);
         }
-    });
-    for (start, bias, path) in mods {
-        scanned.push(start);
-        for (s, e, name) in module_functions(&path, bias) {
-            let class = pats.class(&name);
-            if class != NORMAL {
-                new.push((s, e, class));
-            }
-        }
-    }
-    if new.is_empty() {
-        return;
-    }
-    let old = RANGES.load(Ordering::Acquire);
-    let mut v = if old.is_null() {
-        vec![]
-    } else {
-        // SAFETY: published tables are leaked, never freed.
-        unsafe { (*old).v.clone() }
-    };
-    v.extend(new);
-    v.sort_unstable();
-    v.dedup_by_key(|e| e.0);
-    RANGES.store(Box::into_raw(Box::new(Ranges { v })), Ordering::Release);
-    for c in CACHE.iter() {
-        c.store(0, Ordering::Relaxed);
     }
 }
 
@@ -250,9 +202,7 @@ pub fn set_filters(trace: &[&str], notrace: &[&str]) -> Result<(), String> {
     // New patterns: every module is classified again (no filters: none is,
     // and nothing is scanned until filters are set).
     *PATTERNS.lock().unwrap_or_else(|e| e.into_inner()) = any.then_some(p);
-    SCANNED.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    // The old table is leaked (a thread may still be reading it).
-    RANGES.store(core::ptr::null_mut(), Ordering::Release);
+    RANGES.reset();
     for c in CACHE.iter() {
         c.store(0, Ordering::Relaxed);
     }

@@ -32,6 +32,7 @@ pub mod hooks;
 pub mod live;
 pub mod patch;
 pub mod procinfo;
+mod ranges;
 pub mod recorder;
 pub mod site;
 pub mod xray;
