@@ -15,7 +15,7 @@ use fntrace_cli::commands::{SortKey, report_rows};
 use fntrace_format::Trace;
 
 mod common;
-use common::{fntrace_bin, preload};
+use common::{fntrace_bin, preload, tool as run};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dynamic");
 const FIB_C: &str = concat!(
@@ -47,19 +47,6 @@ const GCC_MODES: [(&str, &[&str]); 4] = [
         &["-fpatchable-function-entry=5", "-fcf-protection=full"],
     ),
 ];
-
-fn run(tool: &str, args: &[&str]) {
-    let out = Command::new(tool)
-        .args(args)
-        .env("RUSTC_BOOTSTRAP", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("{tool} is required for this test: {e}"));
-    assert!(
-        out.status.success(),
-        "{tool} {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn gcc(dir: &Path, src: &str, name: &str, flags: &[&str]) -> PathBuf {
     let bin = dir.join(name);

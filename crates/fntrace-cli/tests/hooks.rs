@@ -14,21 +14,9 @@ use fntrace_cli::commands::{SortKey, report_rows};
 use fntrace_format::Trace;
 
 mod common;
-use common::{fntrace_bin, preload};
+use common::{fntrace_bin, preload, tool as compile};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hooks");
-
-fn compile(tool: &str, args: &[&str]) {
-    let out = Command::new(tool)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{tool} is required for this test: {e}"));
-    assert!(
-        out.status.success(),
-        "{tool} {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Builds `src` (in tests/hooks) with `flags` into `dir/name`.
 fn build(dir: &Path, src: &str, name: &str, flags: &[&str]) -> PathBuf {

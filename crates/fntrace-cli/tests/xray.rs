@@ -12,7 +12,7 @@ use fntrace_cli::commands::{SortKey, report_rows};
 use fntrace_format::Trace;
 
 mod common;
-use common::{fntrace_bin, preload};
+use common::{fntrace_bin, preload, tool as run};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xray");
 const FIB_C: &str = concat!(
@@ -23,20 +23,6 @@ const FIB_RS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../examples/workloads/fib.rs"
 );
-
-fn run(tool: &str, args: &[&str]) -> String {
-    let out = Command::new(tool)
-        .args(args)
-        .env("RUSTC_BOOTSTRAP", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("{tool} is required for this test: {e}"));
-    assert!(
-        out.status.success(),
-        "{tool} {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn record(dir: &Path, bin: &Path, args: &[&str]) -> (String, PathBuf) {
     let data = dir.join("t.data");

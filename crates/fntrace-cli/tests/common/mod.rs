@@ -32,3 +32,20 @@ pub fn preload() -> PathBuf {
     })
     .clone()
 }
+
+/// Runs a build tool (`RUSTC_BOOTSTRAP=1` set for rustc's `-Z` flags) and
+/// returns its standard output; a missing tool or a failure fails the
+/// test, naming it.
+pub fn tool(tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(args)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("{tool} is required for this test: {e}"));
+    assert!(
+        out.status.success(),
+        "{tool} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
