@@ -64,6 +64,22 @@ unsafe fn build_id_in_note(addr: usize, len: usize) -> Option<&'static [u8]> {
     None
 }
 
+/// Every object loaded in the process, the main executable first, as
+/// owned `(start, size, bias, path)` (see [`LoadedModule`]).
+pub fn loaded_objects() -> Vec<(u64, u64, u64, std::path::PathBuf)> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut v = vec![];
+    for_each_module(|m| {
+        v.push((
+            m.start,
+            m.size,
+            m.bias,
+            std::ffi::OsStr::from_bytes(m.path).into(),
+        ))
+    });
+    v
+}
+
 /// Calls `f` for every object loaded in the process, the main executable
 /// first.
 pub fn for_each_module(mut f: impl FnMut(&LoadedModule<'_>)) {

@@ -45,19 +45,11 @@ impl<T: Copy + 'static> RangeTable<T> {
     /// publishes the grown table. Returns whether ranges were added.
     pub(crate) fn scan_new(&self, classify: impl Fn(&str) -> Option<T>) -> bool {
         let mut scanned = self.scanned.lock().unwrap_or_else(|e| e.into_inner());
-        let mut mods = vec![];
-        crate::procinfo::for_each_module(|m| {
-            if !scanned.contains(&m.start) && !m.path.is_empty() {
-                use std::os::unix::ffi::OsStrExt;
-                mods.push((
-                    m.start,
-                    m.bias,
-                    std::path::PathBuf::from(std::ffi::OsStr::from_bytes(m.path)),
-                ));
-            }
-        });
         let mut new = vec![];
-        for (start, bias, path) in mods {
+        for (start, _, bias, path) in crate::procinfo::loaded_objects() {
+            if scanned.contains(&start) || path.as_os_str().is_empty() {
+                continue;
+            }
             scanned.push(start);
             for (s, e, name) in crate::filter::module_functions(&path, bias) {
                 if let Some(v) = classify(&name) {

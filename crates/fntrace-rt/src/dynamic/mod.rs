@@ -22,7 +22,6 @@
 pub mod control;
 pub mod sites;
 
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,15 +138,7 @@ pub fn scan() -> Changed {
 }
 
 fn scan_locked(reg: &mut Registry) -> Changed {
-    let mut loaded: Vec<(u64, u64, u64, PathBuf)> = vec![];
-    crate::procinfo::for_each_module(|m| {
-        loaded.push((
-            m.start,
-            m.size,
-            m.bias,
-            std::ffi::OsStr::from_bytes(m.path).into(),
-        ));
-    });
+    let loaded = crate::procinfo::loaded_objects();
     for o in reg.objects.iter_mut() {
         if o.alive && !loaded.iter().any(|l| l.0 == o.start && l.3 == o.path) {
             o.alive = false;

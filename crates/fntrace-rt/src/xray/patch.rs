@@ -11,7 +11,6 @@
 //! ([`crate::patch::stubs`]) within ±2 GiB of the object, since the
 //! trampolines may be farther.
 
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -81,15 +80,7 @@ pub fn function_address(id: i32) -> u64 {
 /// Returns whether any object has sleds.
 pub fn scan() -> bool {
     let mut objs = OBJECTS.lock().unwrap_or_else(|e| e.into_inner());
-    let mut loaded: Vec<(u64, u64, u64, PathBuf)> = vec![];
-    crate::procinfo::for_each_module(|m| {
-        loaded.push((
-            m.start,
-            m.size,
-            m.bias,
-            std::ffi::OsStr::from_bytes(m.path).into(),
-        ));
-    });
+    let loaded = crate::procinfo::loaded_objects();
     for o in objs.iter_mut() {
         if o.alive && !loaded.iter().any(|l| l.0 == o.start && l.3 == o.path) {
             o.alive = false;
