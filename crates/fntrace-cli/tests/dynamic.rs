@@ -328,6 +328,27 @@ fn live_changes_a_running_process_and_refuses_other_users() {
     assert!(ok && out.starts_with("hot_b\nok 1"), "{out}");
     let (ok, _, err) = live(&["enable", "("]);
     assert!(!ok && err.contains("bad function pattern"), "{err}");
+    // Without a command, commands come from standard input.
+    let mut c = Command::new(fntrace_bin())
+        .arg("ctl")
+        .arg(pid.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(b"status\nbogus\nlist\n")
+        .unwrap();
+    let o = c.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "an unknown command is an error");
+    assert!(
+        text.contains(&format!("ok pid {pid} sites "))
+            && text.contains("hot_b\nok 1 functions enabled"),
+        "{text}"
+    );
     round();
     refused_for_other_users(pid);
     let (ok, _, err) = live(&["disable", "hot_b"]);
