@@ -93,7 +93,9 @@ fn calls(m: &HashMap<String, u64>, f: &str) -> u64 {
     m.get(f).copied().unwrap_or(0)
 }
 
-const C_MODES: [(&str, &[&str]); 5] = [
+/// Every C mechanism: the compiler hooks and the patchable entries fntrace
+/// switches on (the same guarantees hold for both).
+const C_MODES: [(&str, &[&str]); 8] = [
     ("pg", &["-pg"]),
     ("pg-nopie", &["-pg", "-no-pie", "-fno-pie"]),
     ("fentry", &["-pg", "-mfentry"]),
@@ -101,6 +103,19 @@ const C_MODES: [(&str, &[&str]); 5] = [
     (
         "cyg-nopie",
         &["-finstrument-functions", "-no-pie", "-fno-pie"],
+    ),
+    ("pfe5", &["-fpatchable-function-entry=5"]),
+    ("pfe10-8", &["-fpatchable-function-entry=10,8"]),
+    (
+        "nop-mcount",
+        &[
+            "-pg",
+            "-mfentry",
+            "-mnop-mcount",
+            "-mrecord-mcount",
+            "-no-pie",
+            "-fno-pie",
+        ],
     ),
 ];
 
@@ -282,26 +297,31 @@ fn instrumented_shared_libraries_dlopened_and_linked() {
 }
 
 #[test]
-fn rust_mcount_caught_panics_and_backtraces() {
+fn rust_mcount_and_patchable_caught_panics_and_backtraces() {
     let d = tempfile::tempdir().unwrap();
-    let bin = build(
-        d.path(),
-        "panic.rs",
-        "panic-mcount",
-        &["-Zinstrument-mcount", "-g"],
-    );
-    let plain = run_plain(&bin, &[]);
-    assert!(plain.starts_with("2500\n"), "{plain}");
-    assert!(
-        plain.contains("panic::frames,panic::outer,panic::main"),
-        "{plain}"
-    );
-    assert_eq!(run_traced(d.path(), &bin, &[]), plain);
-    let (m, inc) = summary(&d.path().join("t.data"));
-    assert_eq!(calls(&m, "panic::boom"), 200, "{m:?}");
-    assert_eq!(calls(&m, "panic::guarded"), 50, "{m:?}");
-    assert_eq!(calls(&m, "panic::after"), 50, "{m:?}");
-    assert_eq!(inc, 0);
+    for (name, flag) in [
+        ("mcount", "-Zinstrument-mcount"),
+        ("patchable", "-Zpatchable-function-entry=10,8"),
+    ] {
+        let bin = build(
+            d.path(),
+            "panic.rs",
+            &format!("panic-{name}"),
+            &[flag, "-g"],
+        );
+        let plain = run_plain(&bin, &[]);
+        assert!(plain.starts_with("2500\n"), "{plain}");
+        assert!(
+            plain.contains("panic::frames,panic::outer,panic::main"),
+            "{plain}"
+        );
+        assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
+        let (m, inc) = summary(&d.path().join("t.data"));
+        assert_eq!(calls(&m, "panic::boom"), 200, "{name}: {m:?}");
+        assert_eq!(calls(&m, "panic::guarded"), 50, "{name}: {m:?}");
+        assert_eq!(calls(&m, "panic::after"), 50, "{name}: {m:?}");
+        assert_eq!(inc, 0, "{name}");
+    }
 }
 
 #[test]

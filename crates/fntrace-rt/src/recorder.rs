@@ -831,7 +831,7 @@ pub fn restore_return_addresses(tramp: u64) {
             // frames first, so a reused slot is restored by its newest owner
             // and then no longer matches for older, dead frames.
             unsafe {
-                if slot.read() == tramp {
+                if held_by_us(slot.read(), f, tramp) {
                     slot.write(f.ret);
                 }
             }
@@ -882,6 +882,21 @@ pub fn end_walk(tramp: u64) {
             t.busy = false;
         }
     })
+}
+
+/// Whether a return-address slot holding `v` is taken over by frame `f`:
+/// it holds the exit trampoline, or (a patched site's call wrapper called
+/// the body) the return point of `f`'s wrapper.
+fn held_by_us(v: u64, f: &Frame, tramp: u64) -> bool {
+    if v == tramp {
+        return true;
+    }
+    #[cfg(feature = "compiler-hooks")]
+    if crate::dynamic::wrapper::is_return_point(v, f.func) {
+        return true;
+    }
+    let _ = f;
+    false
 }
 
 /// Re-hijacks frames restored for an unwinder whose slots still hold

@@ -3,14 +3,16 @@
 //!
 //! - [`sites`]: finding sites (`__patchable_function_entries`,
 //!   `__mcount_loc`) and classifying their NOP layout;
+//! - [`wrapper`]: the per-function call wrappers switched-on sites jump to;
 //! - this module: the registry of loaded objects and their sites, the
 //!   selection rules (`-F`/`-N` at start, [`enable`]/[`disable`] later),
 //!   and applying them with the shared [`crate::patch`] module;
 //! - [`control`]: the control socket `fntrace live` talks to.
 //!
-//! A site that is on calls an fentry-style trampoline
-//! ([`crate::hooks::tramp`]) before the function's prologue; its exit is
-//! seen through the return-address hijack, as for `__fentry__`.
+//! A site that is on jumps to its function's call wrapper ([`wrapper`]),
+//! which runs an fentry-style entry trampoline before the function's
+//! prologue, calls the body, and records the exit when it returns — no
+//! return-address hijack, no mispredicted return.
 //! `#[instrument_fn = "off"]` functions (the `fntrace_off` table) are never
 //! switched on.
 //!
@@ -21,6 +23,7 @@
 
 pub mod control;
 pub mod sites;
+pub mod wrapper;
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -41,6 +44,9 @@ struct Object {
     on: Vec<bool>,
     /// Prefix bytes written, by index.
     prefixed: Vec<bool>,
+    /// Address of the call wrappers (one per site, in site order), 0 until
+    /// the first site is switched on.
+    wrappers: u64,
     /// Function names, sorted by start (start, end, name).
     names: Vec<(u64, u64, String)>,
     /// `#[instrument_fn = "off"]` functions.
@@ -221,6 +227,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             sites: found,
             on: vec![false; n],
             prefixed: vec![false; n],
+            wrappers: 0,
             names,
             off,
             alive: true,
@@ -299,14 +306,34 @@ fn apply(reg: &mut Registry, i: usize) -> Changed {
     }
 }
 
-/// The trampoline a site calls.
-fn target(layout: Layout) -> u64 {
-    use crate::hooks::tramp;
-    match layout {
-        Layout::Nop5 { endbr: false } => tramp::fntrace_site5 as *const () as u64,
-        Layout::Nop5 { endbr: true } => tramp::fntrace_site5_endbr as *const () as u64,
-        Layout::Prefix => tramp::fntrace_site_prefix as *const () as u64,
+/// Where the body of site `s`'s function continues after the site.
+fn body(s: &Site) -> u64 {
+    match s.layout {
+        Layout::Nop5 { .. } => s.addr + 5,
+        Layout::Prefix => s.addr + 2,
     }
+}
+
+/// Maps and writes the call wrappers of every site of `o` (once, before
+/// any site is switched on); returns the address of the first.
+fn wrappers(o: &Object, what: &str) -> Result<u64, String> {
+    use crate::hooks::tramp;
+    let len = o.sites.len() as u64 * wrapper::SIZE;
+    let area = patch::stubs::area_near(o.start, o.start + o.size, len, what)?;
+    if !wrapper::register_area(area, len) {
+        return Err(format!("{what}: too many objects with patchable sites"));
+    }
+    let near = |t: u64| patch::stubs::stub(t, area, area + len, what);
+    let enter = near(tramp::fntrace_site_entry as *const () as u64)?;
+    let exit = near(tramp::fntrace_site_exit as *const () as u64)?;
+    let _w = text::Writable::open(&[(area, len)], what)?;
+    for (k, s) in o.sites.iter().enumerate() {
+        let at = area + k as u64 * wrapper::SIZE;
+        // SAFETY: our fresh mapping, writable through `_w`; no site jumps
+        // here yet.
+        unsafe { text::write_bytes(at, &wrapper::code(at, s.func, body(s), enter, exit)) };
+    }
+    Ok(area)
 }
 
 /// Switches the sites of `o` whose state differs from `want`.
@@ -316,6 +343,10 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, String> {
     if todo.is_empty() {
         return Ok(Changed::default());
     }
+    if o.wrappers == 0 {
+        o.wrappers = wrappers(o, &what)?;
+    }
+    let wrapper_of = |k: usize| o.wrappers + k as u64 * wrapper::SIZE;
     let mut ranges = vec![];
     for &k in &todo {
         let s = o.sites[k];
@@ -324,18 +355,6 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, String> {
             Layout::Prefix => ranges.push((s.func - 7, s.addr + 2 - (s.func - 7))),
         }
     }
-    let mut stubs = [0u64; 3];
-    let mut stub = |l: Layout| -> Result<u64, String> {
-        let i = match l {
-            Layout::Nop5 { endbr: false } => 0,
-            Layout::Nop5 { endbr: true } => 1,
-            Layout::Prefix => 2,
-        };
-        if stubs[i] == 0 {
-            stubs[i] = patch::stubs::stub(target(l), o.start, o.start + o.size, &what)?;
-        }
-        Ok(stubs[i])
-    };
     let w = text::Writable::open(&ranges, &what)?;
     // Prefix sites: the prefix first (unreachable while the entry holds
     // its 2-byte NOP), every core serialised, then the 2-byte switches.
@@ -344,16 +363,15 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, String> {
     for &k in &todo {
         let s = o.sites[k];
         if let (Layout::Prefix, true, false) = (s.layout, want[k], o.prefixed[k]) {
-            let t = stub(s.layout)?;
             // SAFETY: the prefix lies before the function, is never
             // executed while the switch holds `66 90`, and is writable.
-            unsafe { text::write_bytes(s.func - 7, &sites::prefix7(s.func, s.addr, t)) };
+            unsafe { text::write_bytes(s.func - 7, &sites::prefix7(s.func, wrapper_of(k))) };
             o.prefixed[k] = true;
             wrote_prefix = true;
         }
         if let Layout::Nop5 { .. } = s.layout {
             let new = if want[k] {
-                sites::call5(s.addr, stub(s.layout)?)
+                sites::jmp5(s.addr, wrapper_of(k))
             } else {
                 int3::NOP5
             };

@@ -15,8 +15,10 @@
 //!   protocol;
 //! - [`Layout::Prefix`]: at least 7 NOP bytes before the function and a
 //!   2-byte NOP at its entry (rustc and clang with `N,M`, M ≥ 7 and N − M =
-//!   2): the prefix holds `call tramp; jmp short entry+2`, written while the
-//!   site is off, and one 2-byte store at the entry switches it.
+//!   2): the prefix holds `jmp wrapper`, written while the site is off, and
+//!   one 2-byte store at the entry switches it.
+//!
+//! A switched-on site jumps to its call wrapper ([`super::wrapper`]).
 //!
 //! Runs of one-byte NOPs (what gcc emits) are neither: a thread may be
 //! stopped between two of them. They are rewritten into one of the two
@@ -147,22 +149,20 @@ pub fn classify(
     )))
 }
 
-/// The bytes of a `call rel32` at `at` to `target`.
-pub fn call5(at: u64, target: u64) -> [u8; 5] {
+/// The bytes of a `jmp rel32` at `at` to `target` (within ±2 GiB).
+pub fn jmp5(at: u64, target: u64) -> [u8; 5] {
     let rel = (target as i64 - (at as i64 + 5)) as i32;
-    let mut b = [0xe8, 0, 0, 0, 0];
+    let mut b = [0xe9, 0, 0, 0, 0];
     b[1..].copy_from_slice(&rel.to_le_bytes());
     b
 }
 
-/// The 7 prefix bytes of a [`Layout::Prefix`] site whose function starts at
-/// `func` and whose switch is at `sw`: `call target` at `func - 7`, then
-/// `jmp short sw + 2` at `func - 2`.
-pub fn prefix7(func: u64, sw: u64, target: u64) -> [u8; 7] {
-    let mut b = [0u8; 7];
-    b[..5].copy_from_slice(&call5(func - 7, target));
-    b[5] = 0xeb;
-    b[6] = (sw + 2 - func) as u8;
+/// The 7 prefix bytes of a [`Layout::Prefix`] site whose function starts
+/// at `func`: `jmp wrapper` at `func - 7` (where the switch jumps back
+/// to), then two NOPs.
+pub fn prefix7(func: u64, wrapper: u64) -> [u8; 7] {
+    let mut b = [0x90u8; 7];
+    b[..5].copy_from_slice(&jmp5(func - 7, wrapper));
     b
 }
 
@@ -202,14 +202,14 @@ mod tests {
             (s.addr, s.func, s.layout, s.fixup),
             (0x1008, 0x1008, Layout::Prefix, None)
         );
-        // The call returns to func - 2, which jumps to the switch + 2.
-        let p = prefix7(0x1008, 0x1008, 0x2000);
-        assert_eq!(p[0], 0xe8);
+        // The prefix jumps to the wrapper.
+        let p = prefix7(0x1008, 0x2000);
+        assert_eq!(p[0], 0xe9);
         assert_eq!(
             i32::from_le_bytes(p[1..5].try_into().unwrap()),
             0x2000 - 0x1006
         );
-        assert_eq!((p[5], p[6]), (0xeb, 2));
+        assert_eq!((p[5], p[6]), (0x90, 0x90));
         // The switch jumps from 0x100a back to 0x1001.
         assert_eq!(prefix_on(0x1008, 0x1008), [0xeb, (-9i8) as u8]);
     }

@@ -8,9 +8,11 @@
 //!   preserved across the call. All of them are saved. The Rust handler
 //!   preserves rbx, rbp, r12–r15 itself (callee-saved). x87 and AVX upper
 //!   halves are not touched by the handler, so they are not saved.
-//! - Patched entry sites ([`fntrace_site5`], [`fntrace_site5_endbr`],
-//!   [`fntrace_site_prefix`]) are reached before the callee's prologue, as
-//!   `__fentry__` is, and save the same set.
+//! - Patched entry sites reach [`fntrace_site_entry`] from their call
+//!   wrapper before the callee's prologue, as `__fentry__` is reached, and
+//!   save the same set; [`fntrace_site_exit`] runs after the body returned
+//!   into the wrapper and saves the return registers, like the exit
+//!   trampoline.
 //! - The exit trampoline runs when an instrumented function returns: only
 //!   the return registers are live (rax, rdx, xmm0, xmm1; st0/st1 are not
 //!   touched). It saves those, asks the shadow stack for the original
@@ -223,58 +225,128 @@ pub unsafe extern "C" fn __fentry__() {
     )
 }
 
-/// Target of a patched 5-byte entry site (`call` written over the NOP at
-/// the function's first byte): the same contract as [`__fentry__`].
+/// Entry trampoline of a patched site's call wrapper (see
+/// [`crate::dynamic::wrapper`]): called by the wrapper's first
+/// instruction, before the function's prologue, with every argument
+/// register intact. `[rsp]` is the wrapper's return point, whose slot
+/// holds the function's start 27 bytes further; `[rsp + 8]` is the
+/// function's return-address slot.
+///
+/// Saves the same registers as [`__fentry__`] (rax, rdi, rsi, rdx, rcx,
+/// r8, r9, r10, xmm0–7; the save area is what `-A` reads). Returns with
+/// every register as it was except r11 — free at a function's entry —
+/// which is 1 when the call was taken over (its return address moved to
+/// the shadow stack: the wrapper then calls the body itself) and 0
+/// otherwise (not recording, filtered out, shadow stack full, inside the
+/// runtime: the wrapper jumps to the body untouched).
 ///
 /// # Safety
-/// Only reached from a site this runtime patched.
+/// Only reached from a wrapper this runtime wrote.
 #[unsafe(naked)]
-pub unsafe extern "C" fn fntrace_site5() {
-    entry_trampoline!(
-        fentry_entry,
-        ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "sub rcx, 5"],
+pub unsafe extern "C" fn fntrace_site_entry() {
+    core::arch::naked_asm!(
+        "xor r11d, r11d",
+        "cmp dword ptr [rip + {word}], 0",
+        "je 2f",
+        "push rbp",
+        "mov rbp, rsp",
+        "and rsp, -16",
+        "sub rsp, 208",
+        "mov [rsp + 128], rax",
+        "mov [rsp + 136], rdi",
+        "mov [rsp + 144], rsi",
+        "mov [rsp + 152], rdx",
+        "mov [rsp + 160], rcx",
+        "mov [rsp + 168], r8",
+        "mov [rsp + 176], r9",
+        "mov [rsp + 184], r10",
+        "movaps [rsp], xmm0",
+        "movaps [rsp + 16], xmm1",
+        "movaps [rsp + 32], xmm2",
+        "movaps [rsp + 48], xmm3",
+        "movaps [rsp + 64], xmm4",
+        "movaps [rsp + 80], xmm5",
+        "movaps [rsp + 96], xmm6",
+        "movaps [rsp + 112], xmm7",
         "mov rdi, [rbp + 8]",
-        "sub rdi, 5",
+        "mov rdi, [rdi + 27]",
         "lea rsi, [rbp + 16]",
-        "mov rdx, rsp"
+        "mov rdx, rsp",
+        "call {entry}",
+        "mov r11, rax",
+        "movaps xmm0, [rsp]",
+        "movaps xmm1, [rsp + 16]",
+        "movaps xmm2, [rsp + 32]",
+        "movaps xmm3, [rsp + 48]",
+        "movaps xmm4, [rsp + 64]",
+        "movaps xmm5, [rsp + 80]",
+        "movaps xmm6, [rsp + 96]",
+        "movaps xmm7, [rsp + 112]",
+        "mov rax, [rsp + 128]",
+        "mov rdi, [rsp + 136]",
+        "mov rsi, [rsp + 144]",
+        "mov rdx, [rsp + 152]",
+        "mov rcx, [rsp + 160]",
+        "mov r8, [rsp + 168]",
+        "mov r9, [rsp + 176]",
+        "mov r10, [rsp + 184]",
+        "mov rsp, rbp",
+        "pop rbp",
+        "2:",
+        "ret",
+        word = sym recorder::SESSION,
+        entry = sym site_entry,
     )
 }
 
-/// Target of a patched 5-byte site that follows an `endbr64`: the function
-/// starts 4 bytes before the site.
-///
-/// # Safety
-/// Only reached from a site this runtime patched.
-#[unsafe(naked)]
-pub unsafe extern "C" fn fntrace_site5_endbr() {
-    entry_trampoline!(
-        fentry_entry,
-        ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "sub rcx, 9"],
-        "mov rdi, [rbp + 8]",
-        "sub rdi, 9",
-        "lea rsi, [rbp + 16]",
-        "mov rdx, rsp"
-    )
+/// Rust side of [`fntrace_site_entry`]: records the entry like
+/// `__fentry__` and says whether the return address was taken over.
+unsafe extern "C" fn site_entry(func: u64, slot: *mut u64, regs: *const u64) -> u64 {
+    let tramp = exit_trampoline_addr();
+    // SAFETY: the wrapper is the function's first code, so `slot` is its
+    // live return-address slot; `regs` is our save area.
+    unsafe { recorder::hook_entry(func, slot, tramp, regs) };
+    // Taken over exactly when the slot now holds the exit trampoline (a
+    // caller's return address never does).
+    // SAFETY: as above.
+    u64::from(unsafe { slot.read() } == tramp)
 }
 
-/// Target of the `call` written into a function's prefix NOPs
-/// (`-fpatchable-function-entry=N,M` with M ≥ 7): the call sits 7 bytes
-/// before the function and returns to a short jump 2 bytes before it, so
-/// the function starts 2 bytes after our return address. The entry's
-/// 2-byte NOP, turned into a short jump back to the call, is what switches
-/// the site on.
+/// Exit trampoline of a patched site's call wrapper: jumped to after the
+/// function body, which the wrapper called, returned into the wrapper.
+/// `rsp` is the function's return-address slot + 8; only the return
+/// registers are live (rax, rdx, xmm0, xmm1: saved, as in
+/// [`fntrace_exit_trampoline`]; r11 is scratch). It records the exit and
+/// returns to the original caller with `push; ret`, which the return stack
+/// buffer predicts: the caller's own `call` entry is still on top of it,
+/// because the wrapper's `call` into the body was balanced by the body's
+/// `ret`.
 ///
 /// # Safety
-/// Only reached from a site this runtime patched.
+/// Only reached from a wrapper this runtime wrote.
 #[unsafe(naked)]
-pub unsafe extern "C" fn fntrace_site_prefix() {
-    entry_trampoline!(
-        fentry_entry,
-        ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "add rcx, 2"],
-        "mov rdi, [rbp + 8]",
-        "add rdi, 2",
-        "lea rsi, [rbp + 16]",
-        "mov rdx, rsp"
+pub unsafe extern "C" fn fntrace_site_exit() {
+    core::arch::naked_asm!(
+        "mov r11, rsp",
+        "and rsp, -16",
+        "sub rsp, 64",
+        "mov [rsp + 48], r11",
+        "mov [rsp], rax",
+        "mov [rsp + 8], rdx",
+        "movaps [rsp + 16], xmm0",
+        "movaps [rsp + 32], xmm1",
+        "lea rdi, [r11 - 8]",
+        "mov rsi, rax",
+        "call {exit}",
+        "mov r11, rax",
+        "mov rax, [rsp]",
+        "mov rdx, [rsp + 8]",
+        "movaps xmm0, [rsp + 16]",
+        "movaps xmm1, [rsp + 32]",
+        "mov rsp, [rsp + 48]",
+        "push r11",
+        "ret",
+        exit = sym exit_entry,
     )
 }
 

@@ -18,8 +18,14 @@ const PER_PAGE: usize = 4096 / STUB as usize;
 /// Whether every address of `[lo, hi)` can reach every address of the page
 /// at `p` with a 32-bit displacement.
 fn near(p: u64, lo: u64, hi: u64) -> bool {
+    near_len(p, 4096, lo, hi)
+}
+
+/// Whether every address of `[lo, hi)` and of `[p, p + len)` can reach
+/// each other with a 32-bit displacement.
+fn near_len(p: u64, len: u64, lo: u64, hi: u64) -> bool {
     let a = lo.min(p);
-    let b = hi.max(p + 4096);
+    let b = hi.max(p + len);
     b - a < (1 << 31) - 4096
 }
 
@@ -64,17 +70,31 @@ pub fn stub(target: u64, lo: u64, hi: u64, what: &str) -> Result<u64, String> {
 
 /// Maps a read + execute page within reach of `[lo, hi)`.
 fn map_near(lo: u64, hi: u64) -> Option<u64> {
+    map_near_len(lo, hi, 4096)
+}
+
+/// Maps `len` bytes (a multiple of the page size) of read + execute
+/// memory within reach of `[lo, hi)`, for code written once (call
+/// wrappers). `what` names the object for the error message.
+pub fn area_near(lo: u64, hi: u64, len: u64, what: &str) -> Result<u64, String> {
+    let len = len.div_ceil(4096) * 4096;
+    map_near_len(lo, hi, len).ok_or_else(|| {
+        format!("{what}: no free memory within 2 GiB of it for {len} bytes of wrappers")
+    })
+}
+
+fn map_near_len(lo: u64, hi: u64, len: u64) -> Option<u64> {
     for k in 1..64u64 {
         for hint in [
-            lo.saturating_sub(k << 24) & !0xfff,
+            lo.saturating_sub((k << 24) + len) & !0xfff,
             (hi + (k << 24)) & !0xfff,
         ] {
             // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing
-            // mapping; the page is ours.
+            // mapping; the memory is ours.
             let p = unsafe {
                 libc::mmap(
                     hint as *mut libc::c_void,
-                    4096,
+                    len as usize,
                     libc::PROT_READ | libc::PROT_EXEC,
                     libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
                     -1,
@@ -84,11 +104,11 @@ fn map_near(lo: u64, hi: u64) -> Option<u64> {
             if p == libc::MAP_FAILED {
                 continue;
             }
-            if near(p as u64, lo, hi) {
+            if near_len(p as u64, len, lo, hi) {
                 return Some(p as u64);
             }
-            // SAFETY: unmapping the page we just mapped.
-            unsafe { libc::munmap(p, 4096) };
+            // SAFETY: unmapping what we just mapped.
+            unsafe { libc::munmap(p, len as usize) };
         }
     }
     None
