@@ -282,12 +282,33 @@ fn live_changes_a_running_process_and_refuses_other_users() {
         "live",
         &["-fpatchable-function-entry=5"],
     );
-    let data = d.path().join("t.data");
+    live_session(d.path(), &bin, "-F", true);
+    // The same with XRay sleds (`-P` selects what is patched there).
+    let x = d.path().join("live-xray");
+    run(
+        "clang-14",
+        &[
+            "-O2",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+            x.to_str().unwrap(),
+            &format!("{SRC}/live.c"),
+        ],
+    );
+    live_session(d.path(), &x, "-P", false);
+}
+
+/// Records `bin` (live.c) with `SELECT ^hot_a$`, switches hot_a off and
+/// hot_b on with `fntrace live`, and checks the trace; `others`: also
+/// check that another user is refused.
+fn live_session(dir: &Path, bin: &Path, select: &str, others: bool) {
+    let data = dir.join("t.data");
     let mut child = Command::new(fntrace_bin())
         .args(["record", "-o"])
         .arg(&data)
-        .args(["-F", "^hot_a$", "--"])
-        .arg(&bin)
+        .args([select, "^hot_a$", "--"])
+        .arg(bin)
         .env("FNTRACE_PRELOAD", preload())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -345,12 +366,14 @@ fn live_changes_a_running_process_and_refuses_other_users() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(!o.status.success(), "an unknown command is an error");
     assert!(
-        text.contains(&format!("ok pid {pid} sites "))
+        text.contains(&format!("ok pid {pid} enabled 1 "))
             && text.contains("hot_b\nok 1 functions enabled"),
         "{text}"
     );
     round();
-    refused_for_other_users(pid);
+    if others {
+        refused_for_other_users(pid);
+    }
     let (ok, _, err) = live(&["disable", "hot_b"]);
     assert!(ok, "{err}");
     round();

@@ -15,7 +15,8 @@
 //! - `enable REGEX`, `disable REGEX`: switch functions on or off (patchable
 //!   sites and XRay sleds);
 //! - `list`: the functions switched on;
-//! - `status`: pid, site counts.
+//! - `status`: pid, functions enabled, patchable sites (and unusable
+//!   ones), XRay functions, whether recording.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -153,11 +154,14 @@ fn session(s: UnixStream) -> std::io::Result<()> {
                 writeln!(w, "ok {} functions enabled", v.len())?;
             }
             ("status", _) => {
-                let (total, on, bad) = super::site_counts();
+                let (total, _, bad) = super::site_counts();
+                let on = super::enabled_functions().len();
                 writeln!(
                     w,
-                    "ok pid {} sites {total} enabled {on} unusable {bad} recording {}",
+                    "ok pid {} enabled {on} patchable-sites {total} unusable {bad} \
+                     xray-functions {} recording {}",
                     std::process::id(),
+                    crate::xray::patch::max_function_id(),
                     crate::recorder::is_recording()
                 )?;
             }

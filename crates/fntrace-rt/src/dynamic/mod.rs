@@ -474,10 +474,11 @@ pub fn disable(pattern: &str) -> Result<Changed, String> {
     add_rule(pattern, false)
 }
 
-/// The functions whose sites are on (name, or the address if unnamed).
+/// The functions switched on, patchable sites and XRay sleds (name, or
+/// the address if unnamed).
 pub fn enabled_functions() -> Vec<String> {
+    let mut v = crate::xray::patch::patched_functions();
     let reg = REG.lock().unwrap_or_else(|e| e.into_inner());
-    let mut v = vec![];
     for o in reg.objects.iter().filter(|o| o.alive) {
         for (k, s) in o.sites.iter().enumerate() {
             if o.on[k] {

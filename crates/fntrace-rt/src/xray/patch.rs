@@ -150,6 +150,38 @@ fn read_off_table(addr: u64, size: u64) -> Vec<u64> {
         .collect()
 }
 
+/// The functions whose entry sleds are patched now: demangled name, or
+/// the address when the object has no symbol for it.
+pub fn patched_functions() -> Vec<String> {
+    let objs = OBJECTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut v = vec![];
+    for o in objs.iter().filter(|o| o.alive && !o.sleds.is_empty()) {
+        let mut funcs: Vec<u64> = o
+            .sleds
+            .iter()
+            .zip(&o.orig)
+            .filter(|(s, orig)| {
+                matches!(s.kind, super::sleds::kind::ENTRY | super::sleds::kind::LOG_ARGS)
+                    // SAFETY: a sled of a loaded object is mapped code.
+                    && unsafe { crate::patch::text::read::<2>(s.addr) } != **orig
+            })
+            .map(|(s, _)| s.func)
+            .collect();
+        if funcs.is_empty() {
+            continue;
+        }
+        funcs.sort_unstable();
+        funcs.dedup();
+        let names: std::collections::HashMap<u64, String> = function_names(o).into_iter().collect();
+        v.extend(
+            funcs
+                .into_iter()
+                .map(|f| names.get(&f).cloned().unwrap_or_else(|| format!("{f:#x}"))),
+        );
+    }
+    v
+}
+
 /// Demangled names of the sled functions of `o` (runtime start address,
 /// name), from the object's symbol tables.
 pub fn function_names(o: &XObject) -> Vec<(u64, String)> {
