@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{best, build_src, preload};
+use common::{best_of, build_src, preload};
+
+/// Interleaved rounds (the best of them is kept).
+const ROUNDS: usize = 9;
 
 const FIB_C: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -95,10 +98,6 @@ fn main() {
         }
         c
     };
-    // Net time of fib(N): run(N) - run(1).
-    let net = |bin: &Path, record: Option<&[&str]>| {
-        best(dir, || cmd(bin, &[N], record)) - best(dir, || cmd(bin, &["1"], record))
-    };
     let gcc = |name: &str, flags: &[&str]| build_src("gcc", dir, name, FIB_C, flags);
     let nopie = ["-fno-pie", "-no-pie"];
     let nop_mcount = ["-pg", "-mfentry", "-mnop-mcount", "-mrecord-mcount"];
@@ -141,25 +140,71 @@ fn main() {
         ),
     ];
     let none: &[&str] = &["^nothing_matches_this$"];
+    let all: &[&str] = &[];
+    let fentry = gcc("fentry", &["-pg", "-mfentry"]);
+    let two = build_src("gcc", dir, "two", TWO, &["-fpatchable-function-entry=5"]);
+    let two_plain = build_src("gcc", dir, "two-plain", TWO, &[]);
+    let hot_a: &[&str] = &["^hot_a$"];
+
+    // Every measurement: (binary, workload args, trivial args, recording
+    // filters). Rounds run every measurement once, interleaved, so a burst
+    // of load from elsewhere hits all of them alike; the best of the
+    // rounds is kept, net of start-up (workload minus trivial run).
+    type M<'a> = (
+        &'a Path,
+        [&'static str; 2],
+        [&'static str; 2],
+        Option<&'a [&'a str]>,
+    );
+    let mut ms: Vec<M> = vec![];
+    for (_, plain, builds) in &groups {
+        ms.push((plain, [N, ""], ["1", ""], None));
+        for (_, bin) in builds {
+            for rec in [None, Some(none), Some(all)] {
+                ms.push((bin, [N, ""], ["1", ""], rec));
+            }
+        }
+    }
+    ms.push((&fentry, [N, ""], ["1", ""], Some(all)));
+    for (bin, rec) in [
+        (&two_plain, None),
+        (&two, None),
+        (&two, Some(hot_a)),
+        (&two, Some(all)),
+    ] {
+        ms.push((bin, ["12", N], ["1", "1"], rec));
+    }
+    let mut best_t = vec![(f64::INFINITY, f64::INFINITY); ms.len()];
+    for _ in 0..ROUNDS {
+        for (i, (bin, big, small, rec)) in ms.iter().enumerate() {
+            let args = |a: [&'static str; 2]| -> Vec<&'static str> {
+                a.into_iter().filter(|x| !x.is_empty()).collect()
+            };
+            let b = best_of(dir, 1, || cmd(bin, &args(*big), *rec));
+            let s = best_of(dir, 1, || cmd(bin, &args(*small), *rec));
+            best_t[i].0 = best_t[i].0.min(b);
+            best_t[i].1 = best_t[i].1.min(s);
+        }
+    }
+    let mut net = best_t.iter().map(|(b, s)| b - s);
     println!(
-        "fib({N}): {CALLS} calls; whole process, best of {} runs, net of start-up\n",
-        common::RUNS
+        "fib({N}): {CALLS} calls; whole process, best of {ROUNDS} interleaved rounds, net of start-up\n"
     );
     println!("| build | run | ns/call | × uninstrumented |");
     println!("|---|---|---:|---:|");
-    for (group, plain, builds) in &groups {
-        let base = net(plain, None);
+    for (group, _, builds) in &groups {
+        let base = net.next().unwrap();
         println!(
             "| {group}, uninstrumented | bare | {:.2} | 1.000 |",
             base / CALLS * 1e9
         );
-        for (name, bin) in builds {
-            for (how, rec) in [
-                ("bare (sites never patched)", None),
-                ("recording, `-F` selects nothing", Some(none)),
-                ("recording, all patched", Some(&[][..])),
+        for (name, _) in builds {
+            for how in [
+                "bare (sites never patched)",
+                "recording, `-F` selects nothing",
+                "recording, all patched",
             ] {
-                let t = net(bin, rec);
+                let t = net.next().unwrap();
                 println!(
                     "| {name} | {how} | {:.2} | {:.3} |",
                     t / CALLS * 1e9,
@@ -167,30 +212,23 @@ fn main() {
                 );
             }
         }
-        if *group == "gcc (PIE)" {
-            // The same recording through `__fentry__`, whose exit is a
-            // hijacked return (the patched sites use call wrappers).
-            let fentry = gcc("fentry", &["-pg", "-mfentry"]);
-            let t = net(&fentry, Some(&[][..]));
-            println!(
-                "| -pg -mfentry (`__fentry__`, hijacked return), for reference | recording | {:.2} | {:.3} |",
-                t / CALLS * 1e9,
-                t / base
-            );
-        }
     }
+    // The same recording through `__fentry__`, whose exit is a hijacked
+    // return (patched sites use call wrappers), against gcc PIE.
+    let t = net.next().unwrap();
+    let base = best_t[0].0 - best_t[0].1;
+    println!(
+        "| -pg -mfentry (`__fentry__`, hijacked return), for reference | recording | {:.2} | {:.3} |",
+        t / CALLS * 1e9,
+        t / base
+    );
 
     // Two hot functions, hot_a(12) (465 calls) and hot_b(N): recording
     // only hot_a must leave hot_b at unpatched speed.
-    let two = build_src("gcc", dir, "two", TWO, &["-fpatchable-function-entry=5"]);
-    let two_plain = build_src("gcc", dir, "two-plain", TWO, &[]);
-    let run2 = |bin: &Path, rec: Option<&[&str]>| {
-        best(dir, || cmd(bin, &["12", N], rec)) - best(dir, || cmd(bin, &["1", "1"], rec))
-    };
-    let base = run2(&two_plain, None);
-    let bare = run2(&two, None);
-    let only_a = run2(&two, Some(&["^hot_a$"]));
-    let both = run2(&two, Some(&[]));
+    let base = net.next().unwrap();
+    let bare = net.next().unwrap();
+    let only_a = net.next().unwrap();
+    let both = net.next().unwrap();
     println!("\nTwo hot functions, hot_a(12) and hot_b({N}), gcc -fpatchable-function-entry=5\n");
     println!("| run | ms | × uninstrumented | × bare patchable build |");
     println!("|---|---:|---:|---:|");

@@ -55,8 +55,13 @@ pub fn gcc(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
 }
 
 /// Best wall time of `RUNS` runs, in seconds.
-pub fn best(dir: &Path, mut make: impl FnMut() -> Command) -> f64 {
-    (0..RUNS)
+pub fn best(dir: &Path, make: impl FnMut() -> Command) -> f64 {
+    best_of(dir, RUNS, make)
+}
+
+/// Best wall time of `runs` runs, in seconds.
+pub fn best_of(dir: &Path, runs: usize, mut make: impl FnMut() -> Command) -> f64 {
+    (0..runs)
         .map(|_| {
             let mut c = make();
             c.current_dir(dir)
