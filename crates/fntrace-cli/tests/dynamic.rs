@@ -474,3 +474,18 @@ fn shared_objects_loaded_at_start_and_by_dlopen() {
         );
     }
 }
+
+#[test]
+fn rust_patchable_function_entry_attribute() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = d.path().join("attr");
+    run(
+        "rustc",
+        &["-O", "-o", bin.to_str().unwrap(), &format!("{SRC}/attr.rs")],
+    );
+    let (out, err, data) = record(d.path(), &[], &bin, &["10"]);
+    assert_eq!(out, "75\n", "{err}");
+    let c = calls(&data);
+    assert_eq!(c.get("attr::traced").copied(), Some(177), "{c:?}");
+    assert_eq!(c.get("attr::untraced"), None, "{c:?}");
+}
