@@ -89,14 +89,19 @@ pub fn gprof_graph(text: &str) -> Counts {
             ("0", 4)
         };
         let name = t[name_start..name_end].join(" ");
-        let n: u64 = called.split('+').filter_map(|x| x.parse::<u64>().ok()).sum();
+        let n: u64 = called
+            .split('+')
+            .filter_map(|x| x.parse::<u64>().ok())
+            .sum();
         add(&mut c, &name, n);
     }
     c
 }
 
 fn is_called(s: &str) -> bool {
-    !s.is_empty() && s.split('+').all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
+    !s.is_empty()
+        && s.split('+')
+            .all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `llvm-xray account -demangle=false`: after the header line
@@ -165,12 +170,7 @@ pub struct Check {
 
 /// Compares two tables over the union of their functions (a function
 /// missing on one side counts 0 there).
-pub fn compare(
-    workload: &str,
-    left: (&str, &Counts),
-    right: (&str, &Counts),
-    note: &str,
-) -> Check {
+pub fn compare(workload: &str, left: (&str, &Counts), right: (&str, &Counts), note: &str) -> Check {
     let mut names: Vec<&String> = left.1.keys().chain(right.1.keys()).collect();
     names.sort();
     names.dedup();

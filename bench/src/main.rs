@@ -269,6 +269,9 @@ pub struct ModeResult {
     pub times: Vec<f64>,
     /// Wall times of the start-up runs, seconds.
     pub empty_times: Vec<f64>,
+    /// Wall times of the runs with the large input (uninstrumented and
+    /// not-patched modes only), seconds.
+    pub large_times: Vec<f64>,
     /// Why the mode has no numbers, if it has none.
     pub error: Option<String>,
     /// Trace bytes on disk after the last run.
@@ -308,6 +311,9 @@ pub struct Metrics {
     pub slowdown: f64,
     /// net / baseline net.
     pub net_slowdown: f64,
+    /// With the large input (uninstrumented and not-patched modes):
+    /// (large min − start-up) / the baseline's.
+    pub large_net_slowdown: Option<f64>,
     /// added ns/call / uftrace's added ns/call on the same workload.
     pub vs_uftrace: Option<f64>,
     /// Trace bytes per call.
@@ -325,6 +331,8 @@ pub struct WorkloadResult {
     pub args: Vec<String>,
     /// Arguments of the start-up run.
     pub empty_args: Vec<String>,
+    /// Arguments of the large-input runs.
+    pub large_args: Vec<String>,
     /// Real program (slowdown target applies).
     pub real: bool,
     /// Per mode.
@@ -488,6 +496,7 @@ fn real_main(args: Args) -> Result<(), String> {
                 },
                 times: vec![],
                 empty_times: vec![],
+                large_times: vec![],
                 error: None,
                 trace_bytes: None,
                 calls: None,
@@ -502,6 +511,7 @@ fn real_main(args: Args) -> Result<(), String> {
             title: w.title.clone(),
             args: w.args.clone(),
             empty_args: w.empty.clone(),
+            large_args: w.large.clone(),
             real: w.real,
             modes,
             skipped,
@@ -518,9 +528,20 @@ fn real_main(args: Args) -> Result<(), String> {
                 let bin = &bins[&(w.id.to_string(), build_of(mr.id))];
                 let dir = run_dir(&ctx, w.id, mr.id);
                 let once = |a: &[String]| time_run(&ctx, bin, a, mr.run, &dir);
-                match once(&w.empty).and_then(|e| once(&w.args).map(|t| (e, t))) {
-                    Ok((e, t)) => {
+                let large = || {
+                    if mr.run == Run::Bare {
+                        once(&w.large).map(Some)
+                    } else {
+                        Ok(None)
+                    }
+                };
+                match once(&w.empty)
+                    .and_then(|e| large().map(|l| (e, l)))
+                    .and_then(|(e, l)| once(&w.args).map(|t| (e, l, t)))
+                {
+                    Ok((e, l, t)) => {
                         mr.empty_times.push(e);
+                        mr.large_times.extend(l);
                         mr.times.push(t);
                     }
                     Err(e) => {

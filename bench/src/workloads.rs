@@ -33,6 +33,10 @@ pub struct Workload {
     pub args: Vec<String>,
     /// Arguments of the start-up run (the same program doing no work).
     pub empty: Vec<String>,
+    /// A larger input for the uninstrumented and not-patched runs, which
+    /// are cheap: their ratio to each other needs long runs to rise above
+    /// the noise of process start-up.
+    pub large: Vec<String>,
 }
 
 /// How a binary is built: one per instrumentation mechanism.
@@ -91,7 +95,9 @@ impl BuildKind {
                 "-fno-pie -pg -mfentry -mnop-mcount -mrecord-mcount (linked -no-pie)"
             }
             (_, BuildKind::Clang) => "clang-14",
-            (Lang::C, BuildKind::Xray) => "clang-14 -fxray-instrument -fxray-instruction-threshold=1",
+            (Lang::C, BuildKind::Xray) => {
+                "clang-14 -fxray-instrument -fxray-instruction-threshold=1"
+            }
             (Lang::Rust, BuildKind::Xray) => "-Zinstrument-xray (compiler-rt runtime linked)",
             (_, BuildKind::Source) => "#[fntrace::instrument_fn]",
         }
@@ -114,6 +120,11 @@ pub fn all(quick: bool) -> Vec<Workload> {
     } else {
         ("30", "8000", "6000")
     };
+    let (fib_large, rows_large, lines_large) = if quick {
+        ("32", "8000", "6000")
+    } else {
+        ("34", "32000", "24000")
+    };
     vec![
         Workload {
             id: "fib-c",
@@ -122,6 +133,7 @@ pub fn all(quick: bool) -> Vec<Workload> {
             real: false,
             args: s(fib),
             empty: s("1"),
+            large: s(fib_large),
         },
         Workload {
             id: "fib-rs",
@@ -130,6 +142,7 @@ pub fn all(quick: bool) -> Vec<Workload> {
             real: false,
             args: s(fib),
             empty: s("1"),
+            large: s(fib_large),
         },
         Workload {
             id: "sqlite",
@@ -140,6 +153,7 @@ pub fn all(quick: bool) -> Vec<Workload> {
             real: true,
             args: s(rows),
             empty: s("0"),
+            large: s(rows_large),
         },
         Workload {
             id: "regex",
@@ -148,6 +162,7 @@ pub fn all(quick: bool) -> Vec<Workload> {
             real: true,
             args: s(lines),
             empty: s("0"),
+            large: s(lines_large),
         },
     ]
 }
@@ -314,7 +329,12 @@ fn build_c(ctx: &Ctx, w: &Workload, k: BuildKind) -> Result<PathBuf, String> {
         let stem = s.file_stem().unwrap().to_string_lossy();
         let obj = dir.join(format!("{}-{stem}.o", k.name()));
         let mut c = Command::new(cc);
-        c.args(&cflags).args(cf).arg("-c").arg("-o").arg(&obj).arg(s);
+        c.args(&cflags)
+            .args(cf)
+            .arg("-c")
+            .arg("-o")
+            .arg(&obj)
+            .arg(s);
         cmds.push((format!("{c:?}"), c, obj.clone(), s.clone()));
         objs.push(obj);
     }
