@@ -13,7 +13,14 @@ pub type Counts = BTreeMap<String, u64>;
 /// Demangles Rust (legacy and v0) names without their hash; other names
 /// are returned unchanged.
 pub fn normalise(name: &str) -> String {
-    let name = name.trim();
+    let mut name = name.trim();
+    // LLVM's internal-symbol suffix (`.llvm.<digits>`), which some tools
+    // keep and others drop.
+    if let Some(i) = name.find(".llvm.") {
+        if name[i + 6..].bytes().all(|b| b.is_ascii_digit()) {
+            name = &name[..i];
+        }
+    }
     match rustc_demangle::try_demangle(name) {
         Ok(d) => format!("{d:#}"),
         Err(_) => name.to_string(),
@@ -147,6 +154,61 @@ fn strip_location(s: &str) -> &str {
         }
     }
     s
+}
+
+/// Function symbols of a binary by address (`nm --defined-only`), to
+/// give every alias of one address (identical-code folding, mergefunc,
+/// `.llvm.` copies) one canonical name: tools pick different aliases.
+pub struct Aliases {
+    addr_of: BTreeMap<String, u64>,
+    canonical: BTreeMap<u64, String>,
+}
+
+impl Aliases {
+    /// Reads the symbols of `bin` (empty when `nm` fails).
+    pub fn of(bin: &std::path::Path) -> Aliases {
+        let text = std::process::Command::new("nm")
+            .arg("--defined-only")
+            .arg(bin)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let mut addr_of = BTreeMap::new();
+        let mut canonical: BTreeMap<u64, String> = BTreeMap::new();
+        for line in text.lines() {
+            let mut t = line.splitn(3, ' ');
+            let (Some(a), Some(ty), Some(name)) = (t.next(), t.next(), t.next()) else {
+                continue;
+            };
+            if !matches!(ty, "t" | "T" | "W" | "w") {
+                continue;
+            }
+            let Ok(a) = u64::from_str_radix(a, 16) else {
+                continue;
+            };
+            let n = normalise(name);
+            addr_of.insert(n.clone(), a);
+            let c = canonical.entry(a).or_insert_with(|| n.clone());
+            if n < *c {
+                *c = n;
+            }
+        }
+        Aliases { addr_of, canonical }
+    }
+
+    /// The table with every name replaced by its address's canonical name.
+    pub fn apply(&self, c: &Counts) -> Counts {
+        let mut out = Counts::new();
+        for (name, n) in c {
+            let k = self
+                .addr_of
+                .get(name)
+                .and_then(|a| self.canonical.get(a))
+                .unwrap_or(name);
+            *out.entry(k.clone()).or_default() += n;
+        }
+        out
+    }
 }
 
 /// One comparison of two tools' counts on the same binary.

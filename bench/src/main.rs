@@ -265,6 +265,8 @@ pub struct ModeResult {
     pub run: Run,
     /// The id of the uninstrumented mode it is compared with.
     pub baseline: &'static str,
+    /// The binary that ran.
+    pub binary: PathBuf,
     /// Wall times of the measured runs, seconds.
     pub times: Vec<f64>,
     /// Wall times of the start-up runs, seconds.
@@ -494,6 +496,10 @@ fn real_main(args: Args) -> Result<(), String> {
                 } else {
                     "plain"
                 },
+                binary: bins
+                    .get(&(w.id.to_string(), m.build))
+                    .cloned()
+                    .unwrap_or_default(),
                 times: vec![],
                 empty_times: vec![],
                 large_times: vec![],

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde::Serialize;
 
-use crate::counts::{self, Check};
+use crate::counts::{self, Aliases, Check, Counts};
 use crate::workloads::{Lang, Workload};
 use crate::{Ctx, Metrics, ModeResult, Run, Tools, WorkloadResult};
 
@@ -237,7 +237,23 @@ fn find<'a>(wr: &'a WorkloadResult, id: &str) -> Option<&'a ModeResult> {
 pub fn count_checks(ws: &[Workload], results: &[WorkloadResult]) -> Vec<Check> {
     let mut v = vec![];
     for (w, wr) in ws.iter().zip(results) {
-        let counts = |id: &str| find(wr, id).and_then(|m| m.counts.as_ref());
+        // Every comparison is on one binary: aliases resolved per binary.
+        let aliases: BTreeMap<&Path, Aliases> = wr
+            .modes
+            .iter()
+            .filter(|m| m.counts.is_some())
+            .map(|m| (m.binary.as_path(), Aliases::of(&m.binary)))
+            .collect();
+        let canon = |m: &ModeResult, c: &Counts| aliases[m.binary.as_path()].apply(c);
+        let all: BTreeMap<&str, Counts> = wr
+            .modes
+            .iter()
+            .filter(|m| m.error.is_none())
+            .filter_map(|m| m.counts.as_ref().map(|c| (m.id, canon(m, c))))
+            .collect();
+        let gmon: Option<Counts> = find(wr, "fntrace-count")
+            .and_then(|m| m.gmon_counts.as_ref().map(|c| canon(m, c)));
+        let counts = |id: &str| all.get(id);
         let label = |id: &str| find(wr, id).map_or("", |m| m.label);
         if let (Some(a), Some(b)) = (counts("fntrace-mcount"), counts("uftrace")) {
             v.push(counts::compare(
@@ -247,10 +263,7 @@ pub fn count_checks(ws: &[Workload], results: &[WorkloadResult]) -> Vec<Check> {
                 "",
             ));
         }
-        if let (Some(a), Some(b)) = (
-            find(wr, "fntrace-count").and_then(|m| m.gmon_counts.as_ref()),
-            counts("gprof"),
-        ) {
+        if let (Some(a), Some(b)) = (gmon.as_ref(), counts("gprof")) {
             v.push(counts::compare(
                 w.id,
                 ("gprof on fntrace counting's gmon.out", a),
@@ -264,7 +277,9 @@ pub fn count_checks(ws: &[Workload], results: &[WorkloadResult]) -> Vec<Check> {
                 (label("fntrace-mcount"), a),
                 ("gprof on glibc's gmon.out", b),
                 "gprof drops arcs whose caller is outside the profiled program (main, \
-                 callbacks from libc) and counts spontaneous calls 0",
+                 callbacks from libc), and it ignores symbols with a dot in their name \
+                 (gcc's .part/.isra/.constprop clones): their calls are counted for the \
+                 function before them in the address space",
             ));
         }
         if let (Some(a), Some(b)) = (counts("fntrace-count"), counts("fntrace-mcount")) {

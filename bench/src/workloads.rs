@@ -116,14 +116,14 @@ impl BuildKind {
 pub fn all(quick: bool) -> Vec<Workload> {
     let s = |x: &str| vec![x.to_string()];
     let (fib, rows, lines) = if quick {
-        ("27", "2000", "1500")
+        ("28", "3000", "2500")
     } else {
-        ("30", "8000", "6000")
+        ("30", "10000", "8000")
     };
     let (fib_large, rows_large, lines_large) = if quick {
-        ("32", "8000", "6000")
+        ("32", "12000", "10000")
     } else {
-        ("34", "32000", "24000")
+        ("34", "40000", "32000")
     };
     vec![
         Workload {
