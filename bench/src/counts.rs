@@ -14,11 +14,12 @@ pub type Counts = BTreeMap<String, u64>;
 /// are returned unchanged.
 pub fn normalise(name: &str) -> String {
     let mut name = name.trim();
-    // LLVM's internal-symbol suffix (`.llvm.<digits>`), which some tools
-    // keep and others drop.
+    // LLVM's internal-symbol suffix (`.llvm.<digits>`, or ` (.llvm.<digits>)`
+    // once demangled), which some tools keep and others drop.
     if let Some(i) = name.find(".llvm.") {
-        if name[i + 6..].bytes().all(|b| b.is_ascii_digit()) {
-            name = &name[..i];
+        let rest = name[i + 6..].trim_end_matches(')');
+        if rest.bytes().all(|b| b.is_ascii_digit()) {
+            name = name[..i].trim_end_matches('(').trim_end();
         }
     }
     match rustc_demangle::try_demangle(name) {
@@ -258,6 +259,13 @@ pub fn compare(workload: &str, left: (&str, &Counts), right: (&str, &Counts), no
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strips_llvm_suffixes() {
+        assert_eq!(normalise("a::b (.llvm.123)"), "a::b");
+        assert_eq!(normalise("finish_grow.llvm.42"), "finish_grow");
+        assert_eq!(normalise("x.llvm.y"), "x.llvm.y");
+    }
 
     #[test]
     fn parses_gprof_graph() {

@@ -99,8 +99,13 @@ pub enum Run {
     Uftrace,
     /// compiler-rt XRay, basic mode, `func_duration_threshold_us=0`.
     XrayBasic,
-    /// compiler-rt XRay, FDR mode, `func_duration_threshold_us=0`.
+    /// compiler-rt XRay, FDR mode, `func_duration_threshold_us=0`,
+    /// initialised and flushed by the program (`xray_fdr_main.c`).
     XrayFdr,
+    /// compiler-rt XRay, FDR mode selected from the environment only
+    /// (`patch_premain=true xray_mode=xray-fdr`): never initialised, so
+    /// the handler runs and records nothing.
+    XrayFdrEnv,
     /// fntrace timed: `LD_PRELOAD` and `FNTRACE_OUTPUT` (what `fntrace
     /// record` sets, without its summary pass).
     Fntrace,
@@ -222,6 +227,12 @@ pub const MODES: &[Mode] = &[
         label: "compiler-rt XRay FDR",
         build: BuildKind::Xray,
         run: Run::XrayFdr,
+    },
+    Mode {
+        id: "xray-fdr-env",
+        label: "compiler-rt XRay FDR, env only (records nothing)",
+        build: BuildKind::Xray,
+        run: Run::XrayFdrEnv,
     },
     Mode {
         id: "fntrace-xray",
@@ -638,7 +649,9 @@ fn unavailable(ctx: &Ctx, w: &Workload, m: &Mode) -> Option<String> {
     match m.run {
         Run::Uftrace if !t.uftrace => Some("uftrace not installed".into()),
         Run::Gprof if !t.gprof => Some("gprof not installed".into()),
-        Run::XrayBasic | Run::XrayFdr if w.lang == Lang::Rust && t.xray_rt_dir.is_none() => {
+        Run::XrayBasic | Run::XrayFdr | Run::XrayFdrEnv
+            if w.lang == Lang::Rust && t.xray_rt_dir.is_none() =>
+        {
             Some("compiler-rt XRay runtime not found".into())
         }
         _ if matches!(m.build, BuildKind::Clang | BuildKind::Xray) && !t.clang => {
@@ -667,17 +680,25 @@ fn command(ctx: &Ctx, bin: &Path, args: &[String], run: Run, dir: &Path) -> Comm
     c.args(args).current_dir(dir);
     match run {
         Run::Bare | Run::Gprof | Run::Uftrace => {}
-        Run::XrayBasic | Run::XrayFdr => {
-            let (mode, var) = if run == Run::XrayBasic {
-                ("xray-basic", "XRAY_BASIC_OPTIONS")
-            } else {
-                ("xray-fdr", "XRAY_FDR_OPTIONS")
-            };
+        Run::XrayBasic => {
             c.env(
                 "XRAY_OPTIONS",
-                format!("patch_premain=true xray_mode={mode} verbosity=0"),
+                "patch_premain=true xray_mode=xray-basic verbosity=0",
             )
-            .env(var, "func_duration_threshold_us=0");
+            .env("XRAY_BASIC_OPTIONS", "func_duration_threshold_us=0");
+        }
+        Run::XrayFdrEnv => {
+            c.env(
+                "XRAY_OPTIONS",
+                "patch_premain=true xray_mode=xray-fdr verbosity=0",
+            )
+            .env("XRAY_FDR_OPTIONS", "func_duration_threshold_us=0");
+        }
+        Run::XrayFdr => {
+            // xray_fdr_main.c initialises FDR (threshold 0), patches, and
+            // flushes at exit.
+            c.env("XRAY_OPTIONS", "xray_mode=xray-fdr verbosity=0")
+                .env("BENCH_XRAY_FDR", "1");
         }
         Run::Fntrace | Run::Count => {
             c.env("LD_PRELOAD", &ctx.preload)
@@ -778,7 +799,11 @@ fn best_time(n: usize, mut make: impl FnMut() -> Command) -> Result<f64, String>
 /// counts, and times the report of it.
 fn analyse(ctx: &Ctx, bin: &Path, dir: &Path, mr: &mut ModeResult, n: usize) -> Result<(), String> {
     match mr.run {
-        Run::Bare | Run::XrayFdr => {}
+        Run::Bare | Run::XrayFdrEnv => {}
+        Run::XrayFdr => {
+            // A flight recorder: only the last buffers are kept.
+            mr.trace_bytes = Some(size(&xray_log(dir)?));
+        }
         Run::Fntrace | Run::Source | Run::Count => {
             let data = dir.join("t.data");
             mr.trace_bytes = Some(size(&data));
@@ -832,15 +857,7 @@ fn analyse(ctx: &Ctx, bin: &Path, dir: &Path, mr: &mut ModeResult, n: usize) -> 
             mr.counts = Some(counts::gprof_graph(&capture(c)?));
         }
         Run::XrayBasic => {
-            let log = std::fs::read_dir(dir)
-                .map_err(|e| e.to_string())?
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| {
-                    p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with("xray-log."))
-                })
-                .ok_or("no xray-log.* written")?;
+            let log = xray_log(dir)?;
             mr.trace_bytes = Some(size(&log));
             if ctx.tools.llvm_xray {
                 let mk = || {
@@ -859,6 +876,19 @@ fn analyse(ctx: &Ctx, bin: &Path, dir: &Path, mr: &mut ModeResult, n: usize) -> 
         }
     }
     Ok(())
+}
+
+/// The `xray-log.*` file compiler-rt wrote in `dir`.
+fn xray_log(dir: &Path) -> Result<PathBuf, String> {
+    std::fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("xray-log."))
+        })
+        .ok_or_else(|| "no xray-log.* written".to_string())
 }
 
 fn speed(tool: &str, seconds: f64, events: u64) -> ReportSpeed {

@@ -251,8 +251,8 @@ pub fn count_checks(ws: &[Workload], results: &[WorkloadResult]) -> Vec<Check> {
             .filter(|m| m.error.is_none())
             .filter_map(|m| m.counts.as_ref().map(|c| (m.id, canon(m, c))))
             .collect();
-        let gmon: Option<Counts> = find(wr, "fntrace-count")
-            .and_then(|m| m.gmon_counts.as_ref().map(|c| canon(m, c)));
+        let gmon: Option<Counts> =
+            find(wr, "fntrace-count").and_then(|m| m.gmon_counts.as_ref().map(|c| canon(m, c)));
         let counts = |id: &str| all.get(id);
         let label = |id: &str| find(wr, id).map_or("", |m| m.label);
         if let (Some(a), Some(b)) = (counts("fntrace-mcount"), counts("uftrace")) {
@@ -433,8 +433,14 @@ pub fn render(r: &Report) -> String {
          added ns/call / uftrace's added ns/call (smaller is better); **bytes/call**: trace \
          on disk / calls; **report**: M events/s of `fntrace report`, `uftrace report` or \
          `llvm-xray account` on that trace (whole process, best of runs). uftrace runs with \
-         `--no-libcall` (it would otherwise also trace PLT calls into libc). compiler-rt's \
-         FDR mode writes no file at exit unless the program flushes it, so it has no bytes.\n\n",
+         `--no-libcall` (it would otherwise also trace PLT calls into libc). \
+         compiler-rt's FDR mode records only once the program initialises it \
+         (`__xray_log_init_mode`) and writes only when the program flushes it: the XRay \
+         builds wrap `main` with `bench/workloads/xray_fdr_main.c`, which does both when \
+         asked (row *compiler-rt XRay FDR*); its log is a flight recorder (the last \
+         buffers only), so its bytes/call are bounded, not the cost of a full trace. \
+         The row *env only* is FDR selected with `XRAY_OPTIONS=\"patch_premain=true \
+         xray_mode=xray-fdr\"` alone: the handler runs on every call but records nothing.\n\n",
     );
     for wr in &r.workloads {
         let _ = writeln!(s, "#### {}: {}\n", wr.id, wr.title);

@@ -322,6 +322,11 @@ fn build_c(ctx: &Ctx, w: &Workload, k: BuildKind) -> Result<PathBuf, String> {
         ),
         BuildKind::Source => return Err("no source-level mode for C".into()),
     };
+    if k == BuildKind::Xray {
+        // FDR is initialised and flushed by the program (see the file).
+        srcs.push(ctx.root.join("bench/workloads/xray_fdr_main.c"));
+        libs.push("-Wl,--wrap=main".into());
+    }
     let out = dir.join(k.name());
     let mut objs = vec![];
     let mut cmds = vec![];
@@ -368,11 +373,27 @@ fn build_c(ctx: &Ctx, w: &Workload, k: BuildKind) -> Result<PathBuf, String> {
 /// compiler-rt's XRay runtime, linked into Rust XRay builds so that the
 /// same binary serves compiler-rt's modes and fntrace's (rustc emits
 /// sleds but links no runtime). `--no-gc-sections` keeps the sled tables.
-fn xray_runtime_link_args(ctx: &Ctx) -> Vec<String> {
+/// With it, `bench/workloads/xray_fdr_main.c` (wrapping `main`) so that
+/// compiler-rt's FDR mode can be initialised and flushed.
+fn xray_runtime_link_args(ctx: &Ctx) -> Result<Vec<String>, String> {
     let Some(dir) = &ctx.tools.xray_rt_dir else {
-        return vec![];
+        return Ok(vec![]);
     };
-    let mut v = vec!["-Clink-arg=-Wl,--no-gc-sections".to_string()];
+    let src = ctx.root.join("bench/workloads/xray_fdr_main.c");
+    let obj = ctx.work.join("build/xray_fdr_main.o");
+    let mut c = Command::new("clang-14");
+    c.args(["-O2", "-c", "-o"]).arg(&obj).arg(&src);
+    let st = stamp(&format!("{c:?}"), std::slice::from_ref(&src));
+    if !cached(&obj, &st) {
+        std::fs::create_dir_all(obj.parent().unwrap()).map_err(|e| e.to_string())?;
+        run(c)?;
+        std::fs::write(obj.with_extension("stamp"), st).map_err(|e| e.to_string())?;
+    }
+    let mut v = vec![
+        format!("-Clink-arg={}", obj.display()),
+        "-Clink-arg=-Wl,--wrap=main".to_string(),
+        "-Clink-arg=-Wl,--no-gc-sections".to_string(),
+    ];
     v.push("-Clink-arg=-Wl,--whole-archive".into());
     for lib in ["xray", "xray-basic", "xray-fdr"] {
         v.push(format!(
@@ -384,7 +405,7 @@ fn xray_runtime_link_args(ctx: &Ctx) -> Vec<String> {
     for l in ["-lpthread", "-lrt", "-lm", "-ldl"] {
         v.push(format!("-Clink-arg={l}"));
     }
-    v
+    Ok(v)
 }
 
 /// Builds a Rust workload: `fib.rs` with rustc directly, the regex
@@ -424,7 +445,7 @@ fn build_rust(ctx: &Ctx, w: &Workload, k: BuildKind) -> Result<PathBuf, String> 
             }
             BuildKind::Xray => {
                 c.arg("-Zinstrument-xray=always")
-                    .args(xray_runtime_link_args(ctx));
+                    .args(xray_runtime_link_args(ctx)?);
             }
             _ => return Err(format!("{} not built for Rust", k.name())),
         }
@@ -461,7 +482,7 @@ fn build_rust(ctx: &Ctx, w: &Workload, k: BuildKind) -> Result<PathBuf, String> 
         c.arg("--gprof");
     }
     if k == BuildKind::Xray {
-        c.env("RUSTFLAGS", xray_runtime_link_args(ctx).join(" "));
+        c.env("RUSTFLAGS", xray_runtime_link_args(ctx)?.join(" "));
     }
     run(c)?;
     let out = target
