@@ -419,6 +419,13 @@ fn real_main(args: Args) -> Result<(), String> {
         xray_rt_dir,
     };
     let mut ws = workloads::all(args.quick);
+    if let Some(bad) = args.only.iter().find(|o| !ws.iter().any(|w| w.id == *o)) {
+        let ids: Vec<&str> = ws.iter().map(|w| w.id).collect();
+        return Err(format!(
+            "--only: unknown workload {bad:?} (one of {})",
+            ids.join(", ")
+        ));
+    }
     if !args.only.is_empty() {
         ws.retain(|w| args.only.iter().any(|o| o == w.id));
     }
@@ -730,6 +737,9 @@ fn clean(dir: &Path) {
     }
 }
 
+/// Longest a single run may take.
+const RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// One timed run: whole process wall time, seconds.
 fn time_run(ctx: &Ctx, bin: &Path, args: &[String], run: Run, dir: &Path) -> Result<f64, String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
@@ -737,7 +747,26 @@ fn time_run(ctx: &Ctx, bin: &Path, args: &[String], run: Run, dir: &Path) -> Res
     let mut c = command(ctx, bin, args, run, dir);
     c.stdout(Stdio::null()).stderr(Stdio::piped());
     let t = Instant::now();
-    let o = c.output().map_err(|e| format!("{c:?}: {e}"))?;
+    let child = c.spawn().map_err(|e| format!("{c:?}: {e}"))?;
+    let pid = child.id();
+    // A hung run (a tracer deadlocking) must not hang the suite: it is
+    // killed after RUN_TIMEOUT and the mode reported as failed.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let o = match rx.recv_timeout(RUN_TIMEOUT) {
+        Ok(r) => r.map_err(|e| format!("{c:?}: {e}"))?,
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            return Err(format!(
+                "{} {} killed after {} s",
+                bin.display(),
+                args.join(" "),
+                RUN_TIMEOUT.as_secs()
+            ));
+        }
+    };
     let secs = t.elapsed().as_secs_f64();
     if !o.status.success() {
         let err = String::from_utf8_lossy(&o.stderr);
