@@ -613,8 +613,7 @@ fn real_main(args: Args) -> Result<(), String> {
         count_checks: checks,
         targets,
     };
-    let text = output::render(&report);
-    println!("{text}");
+    println!("{}", output::render(&report, true));
     let mut report = report;
     report.total_seconds = started.elapsed().as_secs_f64();
     let out = args.out.clone().unwrap_or_else(|| {
@@ -636,7 +635,7 @@ fn real_main(args: Args) -> Result<(), String> {
     let docs = if args.quick { args.docs } else { !args.no_docs };
     if docs {
         let p = ctx.root.join("docs/BENCHMARKS.md");
-        output::update_docs(&p, &report, &text)?;
+        output::update_docs(&p, &report)?;
         eprintln!("compare: updated {}", p.display());
     }
     eprintln!(
