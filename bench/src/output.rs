@@ -622,23 +622,53 @@ pub fn update_docs(path: &Path, r: &Report) -> Result<(), String> {
          the SQLite amalgamation shipped in the crates.io package libsqlite3-sys driven by \
          `bench/workloads/sqlite_query.c`, and the `regex` crate on generated log lines \
          (`bench/workloads/regex_work`, built with `cargo fntrace build --all-crates`) with \
-         every mechanism, and runs fntrace and its peers on the same binaries.\n\n{text}\n",
+         every mechanism, and runs fntrace and its peers on the same binaries. The first \
+         run compiles the SQLite amalgamation eight times (about 30 s of CPU each, more \
+         on a busy machine); builds are cached in `target/bench-compare/build`, and the \
+         run times (`--quick` under 2 minutes, full under 10) are with the cache \
+         warm.\n\n{text}\n",
         r.date,
         r.date,
         if r.quick { "-quick" } else { "" }
     );
-    let new = match old.find(HEAD) {
+    let new = replace_section(&old, HEAD, &section);
+    std::fs::write(path, new).map_err(|e| e.to_string())
+}
+
+/// `old` with the section starting at `head` replaced by `section` (up to
+/// the next `## ` heading), or `section` appended.
+fn replace_section(old: &str, head: &str, section: &str) -> String {
+    match old.find(head) {
         Some(start) => {
-            let rest = &old[start + HEAD.len()..];
+            let rest = &old[start + head.len()..];
             let end = rest
                 .find("\n## ")
-                .map_or(old.len(), |i| start + HEAD.len() + i + 1);
+                .map_or(old.len(), |i| start + head.len() + i + 1);
             format!("{}{}{}", &old[..start], section, &old[end..])
         }
-        None => format!(
-            "{}\n{section}",
-            old.trim_end_matches('\n').to_string() + "\n"
-        ),
-    };
-    std::fs::write(path, new).map_err(|e| e.to_string())
+        None => format!("{}\n\n{section}", old.trim_end_matches('\n')),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_section;
+
+    #[test]
+    fn replaces_only_its_section() {
+        let h = "## Side-by-side suite";
+        let doc = "# B\n\n## A\ntext\n\n## Side-by-side suite\nold\n\n## C\nkept\n";
+        let new = replace_section(doc, h, "## Side-by-side suite\nnew\n\n");
+        assert_eq!(
+            new,
+            "# B\n\n## A\ntext\n\n## Side-by-side suite\nnew\n\n## C\nkept\n"
+        );
+        let appended = replace_section("# B\n\n## A\ntext\n", h, "## Side-by-side suite\nx\n");
+        assert_eq!(appended, "# B\n\n## A\ntext\n\n## Side-by-side suite\nx\n");
+        // Replacing twice is stable.
+        assert_eq!(
+            replace_section(&new, h, "## Side-by-side suite\nnew\n\n"),
+            new
+        );
+    }
 }
