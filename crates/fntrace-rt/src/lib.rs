@@ -13,6 +13,8 @@
 //!   marker static keys (writable windows, the `int3` protocol, stubs);
 //! - [`dynamic`]: patchable entry sites switched on and off at run time,
 //!   the control socket of `fntrace live`;
+//! - [`markers`]: static-key patching for `fntrace-markers` and the probe
+//!   that records marker events;
 //! - [`args`]: `-A`/`-R` argument and return-value capture;
 //! - [`filter`]: record-time depth limit and function filters;
 //! - [`clock`]: TSC timestamps and their calibration;
@@ -28,6 +30,7 @@ pub mod clock;
 pub mod dynamic;
 pub mod filter;
 pub mod hooks;
+pub mod markers;
 pub mod patch;
 pub mod procinfo;
 pub mod recorder;
