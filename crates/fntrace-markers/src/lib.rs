@@ -78,13 +78,13 @@ pub mod arg;
 pub mod info;
 pub mod marker;
 pub mod rcu;
-#[cfg(feature = "alloc")]
+#[cfg(all(feature = "alloc", any(feature = "std", feature = "critical-section")))]
 pub mod registry;
 pub mod sites;
 
 pub use arg::{AnyArgs, Arg, FmtBuf, Signature};
 pub use marker::{DefaultDesign, Design, DesignKind, Event, Marker, MarkerCore, design};
-#[cfg(feature = "alloc")]
+#[cfg(all(feature = "alloc", any(feature = "std", feature = "critical-section")))]
 pub use registry::{
     Error, KeyPatcher, Probe, ProbeHandle, find, set_key_patcher, set_probe, set_probe_on,
     signature_of,

@@ -281,6 +281,8 @@ mod tls {
                     if spins < 64 {
                         core::hint::spin_loop();
                     } else {
+                        // The reader was probably preempted inside its
+                        // section: let it run.
                         std::thread::yield_now();
                     }
                 }

@@ -110,9 +110,8 @@ impl Drop for WriterGuard {
     }
 }
 
-/// A grace period, where one is available.
+/// A grace period.
 fn synchronize() {
-    #[cfg(any(feature = "std", feature = "critical-section"))]
     rcu::synchronize();
 }
 
@@ -312,6 +311,7 @@ impl ProbeHandle {
             for a in old {
                 free_array(a);
             }
+            free_pending();
         }
         // SAFETY: no array references the data any more and a grace period
         // has passed: no thread runs the probe.
@@ -330,6 +330,37 @@ fn new_array(entries: Vec<ProbeEntry>) -> *mut ProbeArray {
     let len = b.len();
     let ptr = Box::into_raw(b) as *const ProbeEntry;
     Box::into_raw(Box::new(ProbeArray { ptr, len }))
+}
+
+/// Arrays replaced by an attach, waiting for the next grace period
+/// (accessed under the writer lock only).
+struct Pending(core::cell::UnsafeCell<Vec<*mut ProbeArray>>);
+// SAFETY: only touched with the writer lock held.
+unsafe impl Sync for Pending {}
+static PENDING: Pending = Pending(core::cell::UnsafeCell::new(Vec::new()));
+
+/// Most arrays left pending before an attach waits for a grace period.
+const MAX_PENDING: usize = 64;
+
+/// Queues replaced arrays (writer lock held).
+fn defer_free(arrays: Vec<*mut ProbeArray>) {
+    // SAFETY: the writer lock is held.
+    let p = unsafe { &mut *PENDING.0.get() };
+    p.extend(arrays.into_iter().filter(|a| !a.is_null()));
+    if p.len() > MAX_PENDING {
+        synchronize();
+        free_pending();
+    }
+}
+
+/// Frees the queued arrays; a grace period has passed since they were
+/// replaced (writer lock held).
+fn free_pending() {
+    // SAFETY: the writer lock is held.
+    let p = unsafe { &mut *PENDING.0.get() };
+    for a in p.drain(..) {
+        free_array(a);
+    }
 }
 
 /// Frees an array no reader can hold any more.
@@ -459,10 +490,9 @@ pub(crate) fn attach_to<S: Signature>(
         }
         return Err(e);
     }
-    synchronize();
-    for a in old {
-        free_array(a);
-    }
+    // The replaced arrays are freed at the next grace period: attaching
+    // does not wait (unless many are pending).
+    defer_free(old);
     let h = ProbeHandle {
         markers: done,
         id,

@@ -83,6 +83,7 @@ struct Canary {
 const ALIVE: u64 = 0x600d_600d_600d_600d;
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 static VIOLATIONS: AtomicU64 = AtomicU64::new(0);
+static HITS: AtomicU64 = AtomicU64::new(0);
 
 impl Drop for Canary {
     fn drop(&mut self) {
@@ -101,6 +102,7 @@ fn canary_probe() -> impl Fn(u64) + Send + Sync + 'static {
             VIOLATIONS.fetch_add(1, Ordering::Relaxed);
         }
         c.hits.fetch_add(x & 1, Ordering::Relaxed);
+        HITS.fetch_add(1, Ordering::Relaxed);
         // Stay in the probe a little, so removals overlap with it.
         for _ in 0..20 {
             std::hint::spin_loop();
@@ -128,11 +130,14 @@ where
 {
     let stop = Arc::new(AtomicBool::new(false));
     let fired = Arc::new(AtomicU64::new(0));
+    let ready = Arc::new(std::sync::Barrier::new(9));
     let threads: Vec<_> = (0..8)
         .map(|t| {
             let stop = stop.clone();
             let fired = fired.clone();
+            let ready = ready.clone();
             std::thread::spawn(move || {
+                ready.wait();
                 let mut i = t;
                 while !stop.load(Ordering::Relaxed) {
                     fire_it(i);
@@ -142,11 +147,18 @@ where
             })
         })
         .collect();
+    ready.wait();
     let dropped0 = DROPPED.load(Ordering::Relaxed);
+    let hits0 = HITS.load(Ordering::Relaxed);
     let n = iterations();
     let mut prev: Option<fntrace::ProbeHandle> = None;
     for i in 0..n {
         let h = m.attach_canary();
+        if i % 256 == 1 {
+            // Leave a probe attached long enough for the firing threads
+            // to run it.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         // Every 8th round the marker goes through zero probes (for the
         // static key: unpatched, then patched again).
         if i % 8 == 0 {
@@ -172,6 +184,7 @@ where
     assert!(DROPPED.load(Ordering::Relaxed) - dropped0 >= n, "probe data not freed");
     assert!(!m.core().is_enabled());
     assert!(fired.load(Ordering::Relaxed) > 0);
+    assert!(HITS.load(Ordering::Relaxed) > hits0, "no probe ever ran");
 }
 
 /// Attaching a canary probe to markers of one `u64` argument.
