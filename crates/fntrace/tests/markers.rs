@@ -104,7 +104,7 @@ fn canary_probe() -> impl Fn(u64) + Send + Sync + 'static {
         c.hits.fetch_add(x & 1, Ordering::Relaxed);
         HITS.fetch_add(1, Ordering::Relaxed);
         // Stay in the probe a little, so removals overlap with it.
-        for _ in 0..20 {
+        for _ in 0..5 {
             std::hint::spin_loop();
         }
         if c.alive.load(Ordering::SeqCst) != ALIVE {
@@ -142,6 +142,10 @@ where
                 while !stop.load(Ordering::Relaxed) {
                     fire_it(i);
                     i += 1;
+                    // Other work between firings, as in a real program.
+                    for _ in 0..100 {
+                        std::hint::spin_loop();
+                    }
                 }
                 fired.fetch_add(i - t, Ordering::Relaxed);
             })
@@ -155,9 +159,12 @@ where
     for i in 0..n {
         let h = m.attach_canary();
         if i % 256 == 1 {
-            // Leave a probe attached long enough for the firing threads
-            // to run it.
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            // Leave a probe attached until the firing threads ran it.
+            let h0 = HITS.load(Ordering::Relaxed);
+            let t0 = std::time::Instant::now();
+            while HITS.load(Ordering::Relaxed) == h0 && t0.elapsed().as_millis() < 100 {
+                std::thread::yield_now();
+            }
         }
         // Every 8th round the marker goes through zero probes (for the
         // static key: unpatched, then patched again).
