@@ -10,8 +10,9 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use fntrace_cli::analysis::{NamePattern, parse_duration};
 use fntrace_cli::commands::{
-    CallGraph, Format, GraphFormat, ReplayOptions, SortKey, diff_rows, report_rows, write_diff,
-    write_graph, write_info, write_replay, write_report,
+    CallGraph, Format, GraphFormat, ReplayOptions, SortKey, diff_rows, report_rows,
+    report_rows_and_markers,
+    write_diff, write_graph, write_info, write_marker_counts, write_replay, write_report,
 };
 use fntrace_cli::{export, probe};
 use fntrace_format::Trace;
@@ -51,6 +52,10 @@ enum Cmd {
         /// demangled name; repeatable). Default: all.
         #[arg(short = 'P', long = "patch", value_name = "REGEX")]
         patch: Vec<String>,
+        /// Record the events of these markers, with their argument values
+        /// (regular expression on the marker name; repeatable).
+        #[arg(short = 'M', long = "markers", value_name = "REGEX")]
+        markers: Vec<String>,
         /// Count call-graph arcs (caller site, callee) instead of recording
         /// timed events, like gprof (mcount, fentry and cyg_profile).
         #[arg(long)]
@@ -138,6 +143,15 @@ enum Cmd {
         /// Trace file.
         #[arg(default_value = "fntrace.data")]
         path: PathBuf,
+    },
+    /// List the markers declared in an executable or shared library (name,
+    /// argument types, design, source location), read from the file.
+    Markers {
+        /// The executable or shared library.
+        binary: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
     },
     /// Record the bundled instrumented example and show report and replay.
     Demo {
@@ -239,6 +253,7 @@ fn run() -> Result<ExitCode> {
             notrace,
             depth,
             patch,
+            markers,
             count,
             command,
         } => {
@@ -248,6 +263,7 @@ fn run() -> Result<ExitCode> {
                 notrace,
                 depth,
                 patch,
+                markers,
                 count,
             };
             return record(&output, &o, &command);
@@ -266,8 +282,13 @@ fn run() -> Result<ExitCode> {
                 warn_damage(&o);
                 write_diff(&mut out, &diff_rows(&t, &o), format)?;
             } else {
-                let rows = with_progress(&t, 1, "reading", || report_rows(&t, threads, sort));
+                let (rows, markers) = with_progress(&t, 1, "reading", || {
+                    report_rows_and_markers(&t, threads, sort)
+                });
                 write_report(&mut out, &rows, format)?;
+                if format == Format::Table {
+                    write_marker_counts(&mut out, &markers)?;
+                }
             }
         }
         Cmd::Replay {
@@ -313,6 +334,10 @@ fn run() -> Result<ExitCode> {
             write_replay(&mut out, &t, &o)?;
         }
         Cmd::Info { path } => write_info(&mut out, &open(&path)?)?,
+        Cmd::Markers { binary, format } => {
+            let list = fntrace_cli::markers::read(&binary)?;
+            fntrace_cli::markers::write(&mut out, &list, format)?;
+        }
         Cmd::Graph {
             function,
             path,
@@ -528,6 +553,7 @@ struct RecordOptions {
     notrace: Vec<String>,
     depth: Option<u32>,
     patch: Vec<String>,
+    markers: Vec<String>,
 }
 
 /// Runs `command` with recording enabled through the environment (and the
@@ -536,6 +562,9 @@ struct RecordOptions {
 fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCode> {
     for r in o.filter.iter().chain(&o.notrace).chain(&o.patch) {
         regex::Regex::new(r).with_context(|| format!("bad function pattern {r:?}"))?;
+    }
+    for r in &o.markers {
+        regex::Regex::new(r).with_context(|| format!("bad marker pattern {r:?}"))?;
     }
     let prog =
         probe::which(&command[0]).with_context(|| format!("{}: command not found", command[0]))?;
@@ -595,6 +624,9 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
     }
     if !o.notrace.is_empty() {
         cmd.env("FNTRACE_NOTRACE", o.notrace.join("\n"));
+    }
+    if !o.markers.is_empty() {
+        cmd.env("FNTRACE_MARKERS", o.markers.join("\n"));
     }
     if !o.patch.is_empty() {
         cmd.env("FNTRACE_PATCH", o.patch.join("\n"));
