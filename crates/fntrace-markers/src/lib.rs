@@ -171,8 +171,8 @@ macro_rules! fire {
         let __m = &$m;
         if __m.__is_static_key() {
             $crate::__key_site!($m, __m.__dispatch(($($a,)*)));
-        } else {
-            __m.__fire_dynamic(|| ($($a,)*));
+        } else if let ::core::option::Option::Some(__f) = __m.__check() {
+            __m.__call(__f, ($($a,)*));
         }
     }};
 }

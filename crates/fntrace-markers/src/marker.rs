@@ -113,6 +113,7 @@ pub type DispatchFn = unsafe fn(&'static MarkerCore, *const ());
 unsafe fn empty_dispatch(_: &'static MarkerCore, _: *const ()) {}
 
 /// The dispatcher the function-pointer designs point at when enabled.
+#[inline(never)]
 unsafe fn probe_dispatch(m: &'static MarkerCore, args: *const ()) {
     m.dispatch_raw(args)
 }
@@ -216,8 +217,10 @@ impl MarkerCore {
         out.write_char(')')
     }
 
-    /// Calls every attached probe with the argument tuple at `args`.
-    #[inline(never)]
+    /// Calls every attached probe with the argument tuple at `args`
+    /// (inlined into each signature's `__dispatch`, so an enabled firing
+    /// makes one direct call, then one indirect call per probe).
+    #[inline(always)]
     pub(crate) fn dispatch_raw(&'static self, args: *const ()) {
         let Some(_g) = rcu::read_lock() else {
             return;
@@ -333,36 +336,44 @@ impl<S: Signature, D: Design> Marker<S, D> {
             .dispatch_raw(&args as *const S::Args<'_> as *const ())
     }
 
-    /// The firing path of every design but the static key; `args` is
-    /// evaluated only when enabled (except with `EmptyFn`).
+    /// The check of every design but the static key: the function to
+    /// call when enabled (`Flag`: the dispatcher, a constant; `FnPtr`: the
+    /// loaded pointer unless NULL; `EmptyFn`: the loaded pointer, always).
     #[doc(hidden)]
     #[inline(always)]
-    pub fn __fire_dynamic<'a, F: FnOnce() -> S::Args<'a>>(&'static self, args: F) {
+    pub fn __check(&'static self) -> Option<DispatchFn> {
         match D::KIND {
             DesignKind::StaticKey | DesignKind::Flag => {
                 if self.__core.enabled.load(Ordering::Relaxed) {
-                    self.__dispatch(args())
+                    Some(probe_dispatch)
+                } else {
+                    None
                 }
             }
             DesignKind::FnPtr => {
                 let p = self.__core.func.load(Ordering::Relaxed);
-                if !p.is_null() {
-                    let a = args();
+                if p.is_null() {
+                    None
+                } else {
                     // SAFETY: `func` only ever holds null or a `DispatchFn`.
-                    let f: DispatchFn = unsafe { core::mem::transmute(p) };
-                    // SAFETY: `a` is this marker's argument tuple.
-                    unsafe { f(&self.__core, &a as *const S::Args<'a> as *const ()) }
+                    Some(unsafe { core::mem::transmute::<*mut (), DispatchFn>(p) })
                 }
             }
             DesignKind::EmptyFn => {
-                let a = args();
                 let p = self.__core.func.load(Ordering::Relaxed);
                 // SAFETY: `func` always holds a `DispatchFn` for this design.
-                let f: DispatchFn = unsafe { core::mem::transmute(p) };
-                // SAFETY: `a` is this marker's argument tuple.
-                unsafe { f(&self.__core, &a as *const S::Args<'a> as *const ()) }
+                Some(unsafe { core::mem::transmute::<*mut (), DispatchFn>(p) })
             }
         }
+    }
+
+    /// Calls what [`Marker::__check`] returned with the arguments.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __call(&'static self, f: DispatchFn, args: S::Args<'_>) {
+        // SAFETY: `f` is the dispatcher or the empty function, and `args`
+        // is this marker's argument tuple.
+        unsafe { f(&self.__core, &args as *const S::Args<'_> as *const ()) }
     }
 }
 
