@@ -198,9 +198,9 @@ macro_rules! marker {
 macro_rules! __key_site {
     ($m:path, $body:expr) => {
         // SAFETY: the template is a 5-byte NOP (it touches no register,
-        // memory or flag) plus data in another section; the runtime only
-        // ever turns it into `jmp` to the label block, which is ordinary
-        // Rust code, and back.
+        // memory or flag: `nomem`, `preserves_flags`) plus data in another
+        // section; the runtime only ever turns it into `jmp` to the label
+        // block, which is ordinary Rust code, and back.
         unsafe {
             ::core::arch::asm!(
                 "2: .byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
@@ -212,7 +212,7 @@ macro_rules! __key_site {
                 ".popsection",
                 marker = sym $m,
                 target = label { $body; },
-                options(nostack, preserves_flags),
+                options(nomem, nostack, preserves_flags),
             )
         }
     };
