@@ -11,8 +11,8 @@ use clap::{Parser, Subcommand};
 use fntrace_cli::analysis::{NamePattern, parse_duration};
 use fntrace_cli::commands::{
     CallGraph, Format, GraphFormat, ReplayOptions, SortKey, diff_rows, report_rows,
-    report_rows_and_markers,
-    write_diff, write_graph, write_info, write_marker_counts, write_replay, write_report,
+    report_rows_and_markers, write_diff, write_graph, write_info, write_marker_counts,
+    write_replay, write_report,
 };
 use fntrace_cli::{export, probe};
 use fntrace_format::Trace;

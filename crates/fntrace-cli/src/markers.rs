@@ -94,9 +94,7 @@ pub fn parse(b: &[u8]) -> Result<Vec<MarkerInfo>> {
         });
         pos += len;
     }
-    out.sort_by(|a, b| {
-        (&a.name, &a.file, a.line).cmp(&(&b.name, &b.file, b.line))
-    });
+    out.sort_by(|a, b| (&a.name, &a.file, a.line).cmp(&(&b.name, &b.file, b.line)));
     out.dedup();
     Ok(out)
 }
@@ -161,7 +159,12 @@ pub fn write(out: &mut dyn Write, list: &[MarkerInfo], format: Format) -> io::Re
             Ok(())
         }
         Format::Table => {
-            let w = list.iter().map(|m| m.signature().len()).max().unwrap_or(6).max(6);
+            let w = list
+                .iter()
+                .map(|m| m.signature().len())
+                .max()
+                .unwrap_or(6)
+                .max(6);
             writeln!(out, "  {:<w$}  {:<9}  Declared at", "Marker", "Design")?;
             writeln!(out, "  {}", "=".repeat(w + 24))?;
             for m in list {
@@ -200,7 +203,19 @@ mod tests {
 
     #[test]
     fn parses_records_and_padding() {
-        let mut b = record(7, &["net_rx", "app::net", "src/net.rs", "StaticKey", "len", "u32", "dev", "&str"]);
+        let mut b = record(
+            7,
+            &[
+                "net_rx",
+                "app::net",
+                "src/net.rs",
+                "StaticKey",
+                "len",
+                "u32",
+                "dev",
+                "&str",
+            ],
+        );
         b.extend_from_slice(&[0, 0, 0]);
         b.extend_from_slice(&record(9, &["tick", "app", "src/main.rs", "Flag"]));
         let l = parse(&b).unwrap();

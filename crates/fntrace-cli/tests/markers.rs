@@ -21,7 +21,10 @@ fn example() -> PathBuf {
         if dir.ends_with("release") {
             c.arg("--release");
         }
-        assert!(c.status().expect("cargo").success(), "building markers-example failed");
+        assert!(
+            c.status().expect("cargo").success(),
+            "building markers-example failed"
+        );
         let p = dir.join("markers-example");
         assert!(p.is_file(), "{} missing", p.display());
         p
@@ -63,7 +66,10 @@ fn record_with_markers_shows_them_everywhere() {
     let d0 = pos("/* marker job_done id=0 checksum=");
     let s3 = pos(r#"/* marker job_start id=3 kind="parse" */"#);
     assert!(run_line < s0 && s0 < d0 && d0 < s3, "{replay}");
-    assert!(!replay.contains("marker phase"), "phase was not selected:\n{replay}");
+    assert!(
+        !replay.contains("marker phase"),
+        "phase was not selected:\n{replay}"
+    );
 
     let report = run(&["report", d]);
     assert!(
@@ -72,9 +78,15 @@ fn record_with_markers_shows_them_everywhere() {
     );
 
     let json = dir.path().join("m.json");
-    run(&["export", d, "--format", "chrome", "-o", json.to_str().unwrap()]);
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    run(&[
+        "export",
+        d,
+        "--format",
+        "chrome",
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let events = v
         .get("traceEvents")
         .and_then(|e| e.as_array())
@@ -94,10 +106,27 @@ fn record_with_markers_shows_them_everywhere() {
 
     // Both markers of a name (`phase` is declared twice) and a second
     // pattern.
-    run(&["record", "-o", d, "-M", "^phase$", "-M", "job_start", "--", ex, "2"]);
+    run(&[
+        "record",
+        "-o",
+        d,
+        "-M",
+        "^phase$",
+        "-M",
+        "job_start",
+        "--",
+        ex,
+        "2",
+    ]);
     let replay = run(&["replay", d]);
-    assert!(replay.contains(r#"/* marker phase name="start" jobs=2 */"#), "{replay}");
-    assert!(replay.contains(r#"/* marker phase name="end" jobs=2 */"#), "{replay}");
+    assert!(
+        replay.contains(r#"/* marker phase name="start" jobs=2 */"#),
+        "{replay}"
+    );
+    assert!(
+        replay.contains(r#"/* marker phase name="end" jobs=2 */"#),
+        "{replay}"
+    );
     assert_eq!(replay.matches("marker job_start").count(), 2);
     assert!(!replay.contains("job_done"));
 }
@@ -132,10 +161,22 @@ fn markers_command_lists_the_binary_s_markers() {
     let ex = ex.to_str().unwrap();
     let table = run(&["markers", ex]);
     assert!(table.contains("job_start(id: u32, kind: &str)"), "{table}");
-    assert!(table.contains("job_done(id: u32, checksum: u64, ok: bool)"), "{table}");
-    assert!(table.contains("StaticKey  examples/markers/src/main.rs:"), "{table}");
-    let json: serde_json::Value = serde_json::from_str(&run(&["markers", ex, "--format", "json"])).unwrap();
-    let names: Vec<&str> = json.as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert!(
+        table.contains("job_done(id: u32, checksum: u64, ok: bool)"),
+        "{table}"
+    );
+    assert!(
+        table.contains("StaticKey  examples/markers/src/main.rs:"),
+        "{table}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&run(&["markers", ex, "--format", "json"])).unwrap();
+    let names: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["job_done", "job_start", "phase", "phase"]);
     assert_eq!(json[1]["args"][1]["type"], "&str");
 

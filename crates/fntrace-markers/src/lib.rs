@@ -157,8 +157,12 @@ macro_rules! declare_marker {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __design {
-    () => { $crate::DefaultDesign };
-    ($d:ident) => { $crate::design::$d };
+    () => {
+        $crate::DefaultDesign
+    };
+    ($d:ident) => {
+        $crate::design::$d
+    };
 }
 
 /// Fires a marker declared with [`declare_marker!`]:

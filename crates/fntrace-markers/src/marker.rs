@@ -83,6 +83,10 @@ pub type ProbeCall = unsafe fn(*const (), &'static MarkerCore, *const ());
 
 /// One attached probe.
 #[derive(Clone, Copy)]
+#[cfg_attr(
+    not(all(feature = "alloc", any(feature = "std", feature = "critical-section"))),
+    allow(dead_code)
+)]
 pub struct ProbeEntry {
     pub(crate) call: ProbeCall,
     pub(crate) data: *const (),
@@ -251,6 +255,10 @@ impl MarkerCore {
     }
 
     /// Switches the enabled state of the designs that need no patching.
+    #[cfg_attr(
+        not(all(feature = "alloc", any(feature = "std", feature = "critical-section"))),
+        allow(dead_code)
+    )]
     pub(crate) fn set_dynamic(&self, on: bool) {
         match self.design {
             DesignKind::FnPtr => self.func.store(
@@ -388,6 +396,10 @@ pub struct Event<'a> {
 impl<'a> Event<'a> {
     /// # Safety
     /// `args` points to `marker`'s argument tuple, alive for `'a`.
+    #[cfg_attr(
+        not(all(feature = "alloc", any(feature = "std", feature = "critical-section"))),
+        allow(dead_code)
+    )]
     pub(crate) unsafe fn new(marker: &'static MarkerCore, args: *const ()) -> Self {
         Event {
             marker,

@@ -10,7 +10,9 @@ use core::marker::PhantomData;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use crate::arg::{AnyArgs, Arg, Signature, write_types};
-use crate::marker::{Design, DesignKind, Event, Marker, MarkerCore, ProbeArray, ProbeCall, ProbeEntry};
+use crate::marker::{
+    Design, DesignKind, Event, Marker, MarkerCore, ProbeArray, ProbeCall, ProbeEntry,
+};
 use crate::rcu;
 
 /// Why a probe could not be attached or removed.
@@ -288,14 +290,17 @@ impl ProbeHandle {
             let mut old = Vec::new();
             for m in core::mem::take(&mut self.markers) {
                 let cur = m.probes.load(Ordering::Acquire);
-                // SAFETY: writers hold the lock; the array is alive.
                 let entries: Vec<ProbeEntry> = if cur.is_null() {
                     Vec::new()
                 } else {
+                    // SAFETY: writers hold the lock; the array is alive.
                     unsafe { (*cur).entries() }.to_vec()
                 };
-                let rest: Vec<ProbeEntry> =
-                    entries.iter().copied().filter(|e| e.id != self.id).collect();
+                let rest: Vec<ProbeEntry> = entries
+                    .iter()
+                    .copied()
+                    .filter(|e| e.id != self.id)
+                    .collect();
                 if rest.len() == entries.len() {
                     continue;
                 }
@@ -448,10 +453,10 @@ pub(crate) fn attach_to<S: Signature>(
     let mut failure = None;
     for &m in markers {
         let cur = m.probes.load(Ordering::Acquire);
-        // SAFETY: writers hold the lock; the array is alive.
         let mut entries: Vec<ProbeEntry> = if cur.is_null() {
             Vec::new()
         } else {
+            // SAFETY: writers hold the lock; the array is alive.
             unsafe { (*cur).entries() }.to_vec()
         };
         let first = entries.is_empty();

@@ -29,7 +29,11 @@ fn typed_probes_run_in_order_and_args_are_lazy() {
         v
     };
     fire!(NET_RX, lazy(5), "x");
-    assert_eq!(LAZY.load(Ordering::Relaxed), 0, "a disabled marker evaluated its arguments");
+    assert_eq!(
+        LAZY.load(Ordering::Relaxed),
+        0,
+        "a disabled marker evaluated its arguments"
+    );
     let log = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let l1 = log.clone();
     let h1 = NET_RX
@@ -128,7 +132,13 @@ fn static_key_without_patcher_is_an_error() {
 #[test]
 fn markers_are_listed() {
     let names: Vec<_> = fntrace_markers::all().iter().map(|m| m.name()).collect();
-    for n in ["net_rx", "basic_fnptr", "basic_empty", "basic_keyed", "inline_one"] {
+    for n in [
+        "net_rx",
+        "basic_fnptr",
+        "basic_empty",
+        "basic_keyed",
+        "inline_one",
+    ] {
         assert!(names.contains(&n), "{n} missing from {names:?}");
     }
     let m = fntrace_markers::find("net_rx")[0];

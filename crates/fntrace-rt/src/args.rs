@@ -126,10 +126,10 @@ pub(crate) fn scan_new_modules() {
         return;
     }
     let old = TABLE.load(Ordering::Acquire);
-    // SAFETY: published tables are leaked, never freed.
     let mut v = if old.is_null() {
         vec![]
     } else {
+        // SAFETY: published tables are leaked, never freed.
         unsafe { (*old).v.clone() }
     };
     v.extend(new);

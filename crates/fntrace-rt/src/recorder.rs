@@ -1059,8 +1059,7 @@ fn close_thread(s: &Session, t: &mut ThreadState, exiting: bool) {
 /// calling thread; false when nothing records or the event was dropped.
 pub fn record_marker(name: &str, text: &str) -> bool {
     let t = state();
-    if (t.busy || t.session == 0 || t.session != SESSION.load(Ordering::Relaxed))
-        && !attach_slow(t)
+    if (t.busy || t.session == 0 || t.session != SESSION.load(Ordering::Relaxed)) && !attach_slow(t)
     {
         return false;
     }

@@ -69,12 +69,12 @@ pub use fntrace_macros::instrument_fn;
 pub use fntrace_rt::recorder::{ENV_MAX_SIZE, ENV_OUTPUT};
 pub use fntrace_rt::{Options, Summary};
 
+/// Why a probe could not be attached or removed.
+pub use fntrace_markers::Error as MarkerError;
 pub use fntrace_markers::{
     AnyArgs, Arg, DesignKind, Event, Marker, MarkerCore, Probe, ProbeHandle, Signature, design,
     fire,
 };
-/// Why a probe could not be attached or removed.
-pub use fntrace_markers::Error as MarkerError;
 
 /// Declares a marker (see [`fntrace_markers::declare_marker!`]):
 /// `declare_marker! { pub static NET_RX: net_rx(len: u32, dev: &str); }`,

@@ -44,7 +44,11 @@ fn static_key_is_patched_on_first_probe_and_back_on_last() {
     let before = site_bytes(KEY.core());
     assert!(!before.is_empty(), "no static-key site recorded");
     assert!(before.iter().all(|b| *b == NOP5), "{before:x?}");
-    assert_eq!(evals.load(Ordering::Relaxed), 0, "disabled marker evaluated its argument");
+    assert_eq!(
+        evals.load(Ordering::Relaxed),
+        0,
+        "disabled marker evaluated its argument"
+    );
 
     let sum = Arc::new(AtomicU64::new(0));
     let s1 = sum.clone();
@@ -187,8 +191,15 @@ where
     for t in threads {
         t.join().unwrap();
     }
-    assert_eq!(VIOLATIONS.load(Ordering::Relaxed), 0, "a probe ran after its data was freed");
-    assert!(DROPPED.load(Ordering::Relaxed) - dropped0 >= n, "probe data not freed");
+    assert_eq!(
+        VIOLATIONS.load(Ordering::Relaxed),
+        0,
+        "a probe ran after its data was freed"
+    );
+    assert!(
+        DROPPED.load(Ordering::Relaxed) - dropped0 >= n,
+        "probe data not freed"
+    );
     assert!(!m.core().is_enabled());
     assert!(fired.load(Ordering::Relaxed) > 0);
     assert!(HITS.load(Ordering::Relaxed) > hits0, "no probe ever ran");
@@ -310,7 +321,9 @@ fn marker_events_are_recorded_with_their_arguments() {
     let path = dir.join("t.data");
     fntrace::start(&path).unwrap();
     fire!(REC, 1, "not recorded");
-    let h = fntrace::record_markers(&["^rec_mark"]).unwrap().expect("a marker matches");
+    let h = fntrace::record_markers(&["^rec_mark"])
+        .unwrap()
+        .expect("a marker matches");
     for n in 0..3u32 {
         fire!(REC, n, "pkt \"x\"");
     }

@@ -38,7 +38,7 @@ mod work {
         for id in 0..n {
             super::fire!(super::JOB_START, id, KINDS[id as usize % 3]);
             let c = checksum(id, 1000);
-            super::fire!(super::JOB_DONE, id, c, c % 7 != 0);
+            super::fire!(super::JOB_DONE, id, c, !c.is_multiple_of(7));
             all ^= c;
         }
         fntrace::marker!(phase, name: &str = "end", jobs: u32 = n);

@@ -245,10 +245,12 @@ fn fix_up(found: &[Site], path: &std::path::Path) -> Result<(), String> {
     }
     let _w = text::Writable::open(&ranges, &path.display().to_string())?;
     for s in found {
-        // SAFETY: the pages are writable (`_w`) and no other thread can be
-        // inside these NOP runs (the caller checked).
+        // The pages are writable (`_w`) and no other thread can be inside
+        // these NOP runs (the caller checked).
         match s.fixup {
+            // SAFETY: see above.
             Some(Fixup::Nop5) => unsafe { text::write_bytes(s.addr, &int3::NOP5) },
+            // SAFETY: see above.
             Some(Fixup::Nop2) => unsafe { text::write_bytes(s.addr, &sites::PREFIX_OFF) },
             None => {}
         }

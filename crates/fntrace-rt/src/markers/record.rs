@@ -28,9 +28,7 @@ fn record_event(ev: &Event<'_>) {
 pub fn matching(patterns: &[&str]) -> Result<Vec<&'static MarkerCore>, String> {
     let mut res = Vec::new();
     for p in patterns {
-        res.push(
-            regex_lite::Regex::new(p).map_err(|e| format!("marker pattern `{p}`: {e}"))?,
-        );
+        res.push(regex_lite::Regex::new(p).map_err(|e| format!("marker pattern `{p}`: {e}"))?);
     }
     Ok(fntrace_markers::all()
         .iter()
