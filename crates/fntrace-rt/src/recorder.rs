@@ -1680,6 +1680,7 @@ fn init_from_env_once() {
         };
         if preload_runtime_present() {
             let _ = SESSION.compare_exchange(UNINIT, 0, Ordering::AcqRel, Ordering::Acquire);
+            crate::markers::record::init_forwarded_from_env();
             return;
         }
         let mut opts = Options::new(PathBuf::from(path));

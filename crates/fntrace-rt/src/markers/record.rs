@@ -5,6 +5,7 @@
 //! to [`record_markers`].
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use fntrace_markers::{Event, FmtBuf, MarkerCore, Probe, ProbeHandle};
 
@@ -21,7 +22,61 @@ const TEXT_MAX: usize = 512;
 fn record_event(ev: &Event<'_>) {
     let mut buf = FmtBuf::<TEXT_MAX>::new();
     let _ = ev.write_args(&mut buf);
-    crate::recorder::record_marker(ev.marker().name(), buf.as_str());
+    let (name, text) = (ev.marker().name(), buf.as_str());
+    let fwd = FORWARD.load(Ordering::Acquire);
+    if fwd.is_null() {
+        crate::recorder::record_marker(name, text);
+    } else {
+        // SAFETY: only ever set to the preload library's
+        // `fntrace_record_marker`, which stays loaded (it is preloaded).
+        let f: ForwardFn = unsafe { core::mem::transmute(fwd) };
+        f(name.as_ptr(), name.len(), text.as_ptr(), text.len());
+    }
+}
+
+type ForwardFn = extern "C" fn(*const u8, usize, *const u8, usize) -> bool;
+
+/// The preload runtime's recorder, when this runtime copy is the idle one
+/// linked into a program that `libfntrace_preload.so` traces.
+static FORWARD: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Records a marker event into the trace of this runtime; exported by
+/// `libfntrace_preload.so` for the idle runtime copy of a program that
+/// declares markers.
+///
+/// # Safety
+/// `name` and `text` point to `name_len` and `text_len` readable bytes.
+#[cfg(feature = "compiler-hooks")]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fntrace_record_marker(
+    name: *const u8,
+    name_len: usize,
+    text: *const u8,
+    text_len: usize,
+) -> bool {
+    // SAFETY: the caller's contract.
+    let (n, t) = unsafe {
+        (
+            core::slice::from_raw_parts(name, name_len),
+            core::slice::from_raw_parts(text, text_len),
+        )
+    };
+    crate::recorder::record_marker(
+        core::str::from_utf8(n).unwrap_or("?"),
+        core::str::from_utf8(t).unwrap_or(""),
+    )
+}
+
+/// In a program traced by the preload runtime: send marker events to it
+/// (called instead of recording here; see `recorder::init_from_env`).
+pub(crate) fn init_forwarded_from_env() {
+    // SAFETY: dlsym with a NUL-terminated name.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"fntrace_record_marker".as_ptr()) };
+    if f.is_null() {
+        return;
+    }
+    FORWARD.store(f.cast(), Ordering::Release);
+    init_from_env();
 }
 
 /// The markers whose names match one of `patterns`.
