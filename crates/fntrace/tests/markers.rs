@@ -107,14 +107,26 @@ fn canary_probe() -> impl Fn(u64) + Send + Sync + 'static {
         }
         c.hits.fetch_add(x & 1, Ordering::Relaxed);
         HITS.fetch_add(1, Ordering::Relaxed);
-        // Stay in the probe a little, so removals overlap with it.
-        for _ in 0..5 {
-            std::hint::spin_loop();
+        // Stay in the probe a little, so removals overlap with it; under
+        // valgrind (which runs one thread at a time) give the CPU away
+        // here, so that a removal runs while this probe is half done.
+        if yield_in_probe() {
+            std::thread::yield_now();
+        } else {
+            for _ in 0..5 {
+                std::hint::spin_loop();
+            }
         }
         if c.alive.load(Ordering::SeqCst) != ALIVE {
             VIOLATIONS.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// Whether probes yield halfway (`FNTRACE_STRESS_YIELD=1`, for valgrind).
+fn yield_in_probe() -> bool {
+    static Y: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *Y.get_or_init(|| std::env::var_os("FNTRACE_STRESS_YIELD").is_some_and(|v| v == "1"))
 }
 
 /// Iterations of the stress test (`FNTRACE_STRESS_ITERS` lowers it for
