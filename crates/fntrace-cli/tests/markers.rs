@@ -201,3 +201,59 @@ fn bad_marker_pattern_is_refused() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("bad marker pattern"));
 }
+
+/// A program built with `-Zinstrument-mcount` that declares markers: its
+/// own runtime copy stays idle under `libfntrace_preload.so`, and the
+/// marker events go to the preload runtime's trace.
+#[test]
+fn markers_of_an_mcount_program_are_recorded_by_the_preload_runtime() {
+    common::preload();
+    let cargo_fntrace = PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let out = Command::new(&cargo_fntrace)
+        .args([
+            "fntrace",
+            "build",
+            "--instrument=mcount",
+            "-q",
+            "-p",
+            "markers-example",
+        ])
+        .current_dir(&root)
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let ex = target.join("fntrace/mcount/debug/markers-example");
+    assert!(ex.is_file(), "{} missing", ex.display());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("p.data");
+    let d = data.to_str().unwrap();
+    run(&[
+        "record",
+        "-o",
+        d,
+        "-M",
+        "job_start",
+        "--",
+        ex.to_str().unwrap(),
+        "3",
+    ]);
+    let replay = run(&["replay", d]);
+    assert!(
+        replay.contains("markers_example::work::checksum"),
+        "{replay}"
+    );
+    assert!(
+        replay.contains(r#"/* marker job_start id=2 kind="upload" */"#),
+        "{replay}"
+    );
+    assert_eq!(replay.matches("/* marker ").count(), 3);
+}
