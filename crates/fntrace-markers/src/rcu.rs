@@ -129,6 +129,10 @@ mod tls {
     /// handler).
     pub struct ReadGuard {
         slot: *const Slot,
+        /// The word this section stored on entry: leaving computes the
+        /// next one from it instead of loading the slot again (the load
+        /// would wait for the entry's store to be forwarded).
+        entered: u64,
     }
 
     /// Enters a read-side section; `None` in a thread that is exiting
@@ -144,12 +148,12 @@ mod tls {
         }
         // SAFETY: slots are leaked, never freed.
         let s = unsafe { &*p };
-        let w = s.word.load(Ordering::Relaxed);
-        s.word.store(w + 1, Ordering::Relaxed);
+        let entered = s.word.load(Ordering::Relaxed) + 1;
+        s.word.store(entered, Ordering::Relaxed);
         // The writer's membarrier orders this store before the array load
         // that follows (see the module comment).
         compiler_fence(Ordering::SeqCst);
-        Some(ReadGuard { slot: p })
+        Some(ReadGuard { slot: p, entered })
     }
 
     impl Drop for ReadGuard {
@@ -158,7 +162,9 @@ mod tls {
             compiler_fence(Ordering::SeqCst);
             // SAFETY: slots are leaked, never freed.
             let s = unsafe { &*self.slot };
-            let w = s.word.load(Ordering::Relaxed);
+            // A signal handler that fired a marker meanwhile left the word
+            // as we stored it (its sections nest inside ours).
+            let w = self.entered;
             let next = if w & 0xff == 1 {
                 (w & !0xff) + 0x100
             } else {
