@@ -97,6 +97,7 @@ mod tls {
             p = s.next;
         }
         if p.is_null() {
+            register_atfork();
             let s = Box::into_raw(Box::new(Slot {
                 word: AtomicU64::new(0),
                 in_use: AtomicBool::new(true),
@@ -122,6 +123,32 @@ mod tls {
         }
         let _ = MINE.try_with(|m| m.set(p));
         p
+    }
+
+    /// After `fork` only the forking thread exists in the child: the
+    /// slots of the others are given back and marked outside any section,
+    /// or the child's first grace period would wait for them forever.
+    fn register_atfork() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            extern "C" fn child() {
+                let mine = MINE.try_with(|m| m.get()).unwrap_or(core::ptr::null());
+                let mut p = SLOTS.load(Ordering::Acquire) as *const Slot;
+                while !p.is_null() {
+                    // SAFETY: slots are leaked, never freed.
+                    let s = unsafe { &*p };
+                    if !core::ptr::eq(p, mine) {
+                        let w = s.word.load(Ordering::Relaxed);
+                        s.word.store((w & !0xff) + 0x100, Ordering::Relaxed);
+                        s.in_use.store(false, Ordering::Relaxed);
+                    }
+                    p = s.next;
+                }
+            }
+            // SAFETY: registers a handler that only touches our own leaked
+            // slots (no allocation, no lock: fine in a fork child).
+            unsafe { libc::pthread_atfork(None, None, Some(child)) };
+        });
     }
 
     /// Marks the calling thread as inside a read-side section until the

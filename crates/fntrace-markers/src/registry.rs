@@ -90,6 +90,20 @@ static WRITER: AtomicBool = AtomicBool::new(false);
 struct WriterGuard;
 
 fn writer_lock() -> WriterGuard {
+    #[cfg(feature = "std")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // A thread that held the lock when another forked does not
+            // exist in the child: release it there (publication is one
+            // atomic store, so the arrays are consistent).
+            extern "C" fn child() {
+                WRITER.store(false, Ordering::Relaxed);
+            }
+            // SAFETY: registers a handler that stores one atomic.
+            unsafe { libc::pthread_atfork(None, None, Some(child)) };
+        });
+    }
     let mut spins = 0u32;
     while WRITER
         .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)

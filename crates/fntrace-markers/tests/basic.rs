@@ -168,3 +168,43 @@ fn inline_marker_fires() {
     run(7);
     assert_eq!(hits.load(Ordering::Relaxed), 11);
 }
+
+declare_marker! { static EXITING: basic_exiting(x: u64) as Flag; }
+
+/// Threads that fire markers, also from their thread-local destructors
+/// (after their reader slot may have been given back), then exit: later
+/// grace periods do not wait for them, and slots are reused.
+#[test]
+fn threads_exit_while_markers_are_attached() {
+    struct FireOnDrop;
+    impl Drop for FireOnDrop {
+        fn drop(&mut self) {
+            fire!(EXITING, 2);
+        }
+    }
+    std::thread_local! { static LATE: FireOnDrop = const { FireOnDrop }; }
+    let hits = Arc::new(AtomicU64::new(0));
+    let h2 = hits.clone();
+    let h = EXITING
+        .attach(move |x| {
+            h2.fetch_add(x, Ordering::Relaxed);
+        })
+        .unwrap();
+    for _ in 0..4 {
+        let ts: Vec<_> = (0..16)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    LATE.with(|_| {});
+                    fire!(EXITING, 1);
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+    }
+    h.remove().map_err(|e| e.0).unwrap();
+    // Every thread's own firing ran; the destructor's ran or was skipped.
+    let n = hits.load(Ordering::Relaxed);
+    assert!((64..=64 * 3).contains(&n), "{n}");
+}

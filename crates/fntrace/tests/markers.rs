@@ -362,3 +362,60 @@ fn marker_events_are_recorded_with_their_arguments() {
     assert!(fntrace::record_markers(&["("]).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+declare_marker! { static FORK: fork_marker(x: u64) as Flag; }
+
+/// A fork while another thread is inside a probe: the child's first
+/// grace period must not wait for a thread that does not exist there.
+#[test]
+fn grace_period_in_a_fork_child() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let inside = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    let (i2, r2) = (inside.clone(), release.clone());
+    let h = FORK
+        .attach(move |x| {
+            if x == 1 {
+                i2.store(true, Ordering::SeqCst);
+                while !r2.load(Ordering::SeqCst) {
+                    std::hint::spin_loop();
+                }
+            }
+        })
+        .unwrap();
+    let t = std::thread::spawn(|| fire!(FORK, 1));
+    while !inside.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    // SAFETY: the child only attaches/removes a probe and exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let ok = FORK.attach(|_| {}).is_ok_and(|h| h.remove().is_ok());
+        // SAFETY: leaving the child without running the parent's atexit.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    let t0 = std::time::Instant::now();
+    let mut done = false;
+    while t0.elapsed() < std::time::Duration::from_secs(20) {
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            done = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if !done {
+        // SAFETY: killing our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    release.store(true, Ordering::SeqCst);
+    t.join().unwrap();
+    h.remove().map_err(|e| e.0).unwrap();
+    assert!(
+        done,
+        "the child's grace period waited for a thread of the parent"
+    );
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+}
