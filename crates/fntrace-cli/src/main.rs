@@ -544,6 +544,32 @@ enum ExportFormat {
     Html,
 }
 
+/// Warns about `-M` patterns that match none of the markers the program
+/// declares (read from the file; markers of shared libraries it loads are
+/// not known here, hence a warning only).
+fn warn_unmatched_markers(prog: &Path, patterns: &[String]) {
+    if patterns.is_empty() {
+        return;
+    }
+    let Ok(list) = fntrace_cli::markers::read(prog) else {
+        return;
+    };
+    for p in patterns {
+        let Ok(re) = regex::Regex::new(p) else {
+            continue;
+        };
+        if !list.iter().any(|m| re.is_match(&m.name)) {
+            eprintln!(
+                "fntrace: warning: -M {p:?} matches none of the {} markers {} declares \
+                 (see `fntrace markers {}`)",
+                list.len(),
+                prog.display(),
+                prog.display()
+            );
+        }
+    }
+}
+
 /// Options of `fntrace record` passed to the runtime.
 #[derive(Default)]
 struct RecordOptions {
@@ -569,6 +595,7 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
     let prog =
         probe::which(&command[0]).with_context(|| format!("{}: command not found", command[0]))?;
     let ins = probe::inspect(&prog);
+    warn_unmatched_markers(&prog, &o.markers);
     let preload = match &ins {
         Some(i) if i.runtime && !i.needs_preload() => None,
         Some(i) if i.hooks_runtime => None,

@@ -129,6 +129,18 @@ fn record_with_markers_shows_them_everywhere() {
     );
     assert_eq!(replay.matches("marker job_start").count(), 2);
     assert!(!replay.contains("job_done"));
+
+    // A pattern that matches nothing is worth a warning.
+    let o = Command::new(fntrace_bin())
+        .args(["record", "-o", d, "-M", "^jobs_start$", "--", ex, "1"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("warning: -M \"^jobs_start$\" matches none of the 4 markers"),
+        "{err}"
+    );
 }
 
 #[test]
