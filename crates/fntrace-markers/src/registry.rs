@@ -30,8 +30,9 @@ pub enum Error {
         /// The probe's signature, `(u64, &str)`.
         probe: String,
     },
-    /// `remove` (a grace period) was called from inside a probe, which
-    /// would wait for itself.
+    /// A probe was attached or removed from inside a probe: a grace
+    /// period there would wait for itself (and another writer may be
+    /// waiting for this probe to return).
     InsideProbe,
     /// The marker's static key could not be switched.
     Patch {
@@ -51,7 +52,7 @@ impl core::fmt::Display for Error {
                 "probe signature {probe} does not match marker `{marker}`"
             ),
             Error::InsideProbe => f.write_str(
-                "a probe cannot be removed from inside a probe (the grace period would wait for itself)",
+                "probes cannot be attached or removed from inside a probe (the grace period would wait for itself)",
             ),
             Error::Patch { marker, reason } => {
                 write!(f, "marker `{marker}`: cannot switch its static key: {reason}")
@@ -454,6 +455,9 @@ pub(crate) fn attach_to<S: Signature>(
 ) -> Result<ProbeHandle, Error> {
     for m in markers {
         check::<S>(m)?;
+    }
+    if rcu::in_read_section() {
+        return Err(Error::InsideProbe);
     }
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let entry = ProbeEntry {

@@ -208,3 +208,50 @@ fn threads_exit_while_markers_are_attached() {
     let n = hits.load(Ordering::Relaxed);
     assert!((64..=64 * 3).contains(&n), "{n}");
 }
+
+declare_marker! { static NESTED: basic_nested(x: u64) as Flag; }
+
+/// Attaching or removing from inside a probe is refused (it could wait for
+/// itself), and the refused handle stays usable.
+#[test]
+fn no_probe_management_inside_a_probe() {
+    let errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let e2 = errors.clone();
+    let inner = Arc::new(std::sync::Mutex::new(None::<fntrace_markers::ProbeHandle>));
+    let i2 = inner.clone();
+    let h = NESTED
+        .attach(move |x| {
+            if x == 1 {
+                if let Err(e) = NESTED.attach(|_| {}) {
+                    e2.lock().unwrap().push(e.to_string());
+                }
+            } else {
+                let Some(h) = i2.lock().unwrap().take() else {
+                    return;
+                };
+                match h.remove() {
+                    Ok(()) => e2.lock().unwrap().push("removed".into()),
+                    Err((e, h)) => {
+                        e2.lock().unwrap().push(e.to_string());
+                        *i2.lock().unwrap() = Some(h);
+                    }
+                }
+            }
+        })
+        .unwrap();
+    *inner.lock().unwrap() = Some(NESTED.attach(|_| {}).unwrap());
+    fire!(NESTED, 1);
+    fire!(NESTED, 2);
+    let msg = "probes cannot be attached or removed from inside a probe (the grace period would wait for itself)";
+    assert_eq!(*errors.lock().unwrap(), [msg, msg]);
+    inner
+        .lock()
+        .unwrap()
+        .take()
+        .unwrap()
+        .remove()
+        .map_err(|e| e.0)
+        .unwrap();
+    h.remove().map_err(|e| e.0).unwrap();
+    assert!(!NESTED.core().is_enabled());
+}
