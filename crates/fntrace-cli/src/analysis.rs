@@ -31,6 +31,8 @@ pub trait Visitor {
     fn enter(&mut self, _func: u64, _depth: usize, _tsc: u64) {}
     /// A call completed.
     fn call(&mut self, call: &Call);
+    /// A marker fired (`name`, formatted arguments `text`).
+    fn marker(&mut self, _name: &str, _text: &str, _tsc: u64) {}
 }
 
 /// What walking one thread found.
@@ -96,7 +98,8 @@ pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummar
                     incomplete,
                 });
             }
-            Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
+            Event::Marker { tsc, name, text } => v.marker(&name, &text, tsc),
+            Event::Args(_) | Event::RetVal(_) => {}
         }
     }
     events.into_summary()

@@ -47,6 +47,7 @@ struct Agg {
 struct ReportVisitor<'a> {
     map: &'a mut HashMap<(u64, u32), Agg>,
     tid: u32,
+    markers: &'a mut HashMap<String, u64>,
 }
 
 impl Visitor for ReportVisitor<'_> {
@@ -64,6 +65,15 @@ impl Visitor for ReportVisitor<'_> {
         a.self_ += dur.saturating_sub(c.children);
         a.min = a.min.min(dur);
         a.max = a.max.max(dur);
+    }
+
+    fn marker(&mut self, name: &str, _text: &str, _tsc: u64) {
+        match self.markers.get_mut(name) {
+            Some(n) => *n += 1,
+            None => {
+                self.markers.insert(name.to_string(), 1);
+            }
+        }
     }
 }
 
@@ -83,6 +93,16 @@ pub enum SortKey {
 
 /// Computes the report rows of a trace.
 pub fn report_rows(trace: &Trace, per_thread: bool, sort: SortKey) -> Vec<Row> {
+    report_rows_and_markers(trace, per_thread, sort).0
+}
+
+/// Computes the report rows of a trace and counts its marker events per
+/// marker name (most first, then by name).
+pub fn report_rows_and_markers(
+    trace: &Trace,
+    per_thread: bool,
+    sort: SortKey,
+) -> (Vec<Row>, Vec<(String, u64)>) {
     let clock = Clock::of(trace);
     // Threads are decoded in parallel, one worker per core, each with its
     // own table; the tables are merged.
@@ -93,21 +113,24 @@ pub fn report_rows(trace: &Trace, per_thread: bool, sort: SortKey) -> Vec<Row> {
         .min(tids.len())
         .max(1);
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let tables: Vec<HashMap<(u64, u32), Agg>> = std::thread::scope(|sc| {
+    type Tables = (HashMap<(u64, u32), Agg>, HashMap<String, u64>);
+    let tables: Vec<Tables> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..workers)
             .map(|_| {
                 sc.spawn(|| {
                     let mut map = HashMap::default();
+                    let mut markers = HashMap::default();
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(&tid) = tids.get(i) else { break };
                         let mut v = ReportVisitor {
                             map: &mut map,
                             tid: if per_thread { tid } else { 0 },
+                            markers: &mut markers,
                         };
                         walk_thread(trace, tid, &mut v);
                     }
-                    map
+                    (map, markers)
                 })
             })
             .collect();
@@ -116,7 +139,11 @@ pub fn report_rows(trace: &Trace, per_thread: bool, sort: SortKey) -> Vec<Row> {
             .collect()
     });
     let mut map: HashMap<(u64, u32), Agg> = HashMap::default();
-    for t in tables {
+    let mut markers: HashMap<String, u64> = HashMap::default();
+    for (t, m) in tables {
+        for (name, n) in m {
+            *markers.entry(name).or_insert(0) += n;
+        }
         for (k, a) in t {
             match map.get_mut(&k) {
                 None => {
@@ -164,7 +191,24 @@ pub fn report_rows(trace: &Trace, per_thread: bool, sort: SortKey) -> Vec<Row> {
         }
         .then_with(|| a.function.cmp(&b.function))
     });
-    rows
+    let mut markers: Vec<(String, u64)> = markers.into_iter().collect();
+    markers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    (rows, markers)
+}
+
+/// Writes the marker counts of a report (table format): nothing when the
+/// trace has no marker events.
+pub fn write_marker_counts(out: &mut dyn Write, markers: &[(String, u64)]) -> io::Result<()> {
+    if markers.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out, "  {:>10}  Marker", "Events")?;
+    writeln!(out, "  {}", "=".repeat(24))?;
+    for (name, n) in markers {
+        writeln!(out, "  {n:>10}  {name}")?;
+    }
+    Ok(())
 }
 
 /// Output format of a report.

@@ -4,5 +4,6 @@
 pub mod analysis;
 pub mod commands;
 pub mod export;
+pub mod markers;
 pub mod probe;
 pub mod symbols;

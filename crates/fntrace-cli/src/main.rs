@@ -10,8 +10,9 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use fntrace_cli::analysis::{NamePattern, parse_duration};
 use fntrace_cli::commands::{
-    CallGraph, Format, GraphFormat, ReplayOptions, SortKey, diff_rows, report_rows, write_diff,
-    write_graph, write_info, write_replay, write_report,
+    CallGraph, Format, GraphFormat, ReplayOptions, SortKey, diff_rows, report_rows,
+    report_rows_and_markers, write_diff, write_graph, write_info, write_marker_counts,
+    write_replay, write_report,
 };
 use fntrace_cli::{export, probe};
 use fntrace_format::Trace;
@@ -51,6 +52,10 @@ enum Cmd {
         /// demangled name; repeatable). Default: all.
         #[arg(short = 'P', long = "patch", value_name = "REGEX")]
         patch: Vec<String>,
+        /// Record the events of these markers, with their argument values
+        /// (regular expression on the marker name; repeatable).
+        #[arg(short = 'M', long = "markers", value_name = "REGEX")]
+        markers: Vec<String>,
         /// Count call-graph arcs (caller site, callee) instead of recording
         /// timed events, like gprof (mcount, fentry and cyg_profile).
         #[arg(long)]
@@ -150,6 +155,15 @@ enum Cmd {
         /// Trace file.
         #[arg(default_value = "fntrace.data")]
         path: PathBuf,
+    },
+    /// List the markers declared in an executable or shared library (name,
+    /// argument types, design, source location), read from the file.
+    Markers {
+        /// The executable or shared library.
+        binary: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
     },
     /// Record the bundled instrumented example and show report and replay.
     Demo {
@@ -267,6 +281,7 @@ fn run() -> Result<ExitCode> {
             notrace,
             depth,
             patch,
+            markers,
             count,
             args,
             retval,
@@ -279,6 +294,7 @@ fn run() -> Result<ExitCode> {
                 notrace,
                 depth,
                 patch,
+                markers,
                 count,
                 args,
                 retval,
@@ -300,8 +316,13 @@ fn run() -> Result<ExitCode> {
                 warn_damage(&o);
                 write_diff(&mut out, &diff_rows(&t, &o), format)?;
             } else {
-                let rows = with_progress(&t, 1, "reading", || report_rows(&t, threads, sort));
+                let (rows, markers) = with_progress(&t, 1, "reading", || {
+                    report_rows_and_markers(&t, threads, sort)
+                });
                 write_report(&mut out, &rows, format)?;
+                if format == Format::Table {
+                    write_marker_counts(&mut out, &markers)?;
+                }
             }
         }
         Cmd::Replay {
@@ -347,6 +368,10 @@ fn run() -> Result<ExitCode> {
             write_replay(&mut out, &t, &o)?;
         }
         Cmd::Info { path } => write_info(&mut out, &open(&path)?)?,
+        Cmd::Markers { binary, format } => {
+            let list = fntrace_cli::markers::read(&binary)?;
+            fntrace_cli::markers::write(&mut out, &list, format)?;
+        }
         Cmd::Graph {
             function,
             path,
@@ -559,6 +584,32 @@ enum ExportFormat {
     Html,
 }
 
+/// Warns about `-M` patterns that match none of the markers the program
+/// declares (read from the file; markers of shared libraries it loads are
+/// not known here, hence a warning only).
+fn warn_unmatched_markers(prog: &Path, patterns: &[String]) {
+    if patterns.is_empty() {
+        return;
+    }
+    let Ok(list) = fntrace_cli::markers::read(prog) else {
+        return;
+    };
+    for p in patterns {
+        let Ok(re) = regex::Regex::new(p) else {
+            continue;
+        };
+        if !list.iter().any(|m| re.is_match(&m.name)) {
+            eprintln!(
+                "fntrace: warning: -M {p:?} matches none of the {} markers {} declares \
+                 (see `fntrace markers {}`)",
+                list.len(),
+                prog.display(),
+                prog.display()
+            );
+        }
+    }
+}
+
 /// Options of `fntrace record` passed to the runtime.
 #[derive(Default)]
 struct RecordOptions {
@@ -571,6 +622,7 @@ struct RecordOptions {
     args: Vec<String>,
     retval: Vec<String>,
     no_control: bool,
+    markers: Vec<String>,
 }
 
 /// `fntrace live PID ...`: sends commands to the control socket of a
@@ -700,9 +752,13 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
                 .with_context(|| format!("bad function pattern {p:?}"))?;
         }
     }
+    for r in &o.markers {
+        regex::Regex::new(r).with_context(|| format!("bad marker pattern {r:?}"))?;
+    }
     let prog =
         probe::which(&command[0]).with_context(|| format!("{}: command not found", command[0]))?;
     let ins = probe::inspect(&prog);
+    warn_unmatched_markers(&prog, &o.markers);
     let preload = match &ins {
         Some(i) if i.runtime && !i.needs_preload() => None,
         Some(i) if i.hooks_runtime => None,
@@ -758,6 +814,9 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
     }
     if !o.notrace.is_empty() {
         cmd.env("FNTRACE_NOTRACE", o.notrace.join("\n"));
+    }
+    if !o.markers.is_empty() {
+        cmd.env("FNTRACE_MARKERS", o.markers.join("\n"));
     }
     if !o.patch.is_empty() {
         cmd.env("FNTRACE_PATCH", o.patch.join("\n"));

@@ -17,6 +17,7 @@ pub use fntrace_rt::hooks::unwind::{
     _Unwind_Backtrace, _Unwind_ForcedUnwind, _Unwind_RaiseException, _Unwind_Resume,
     _Unwind_Resume_or_Rethrow, _Unwind_SetIP, backtrace,
 };
+pub use fntrace_rt::markers::record::fntrace_record_marker;
 pub use fntrace_rt::xray::api::{
     __xray_function_address, __xray_init, __xray_max_function_id, __xray_patch,
     __xray_patch_function, __xray_remove_handler, __xray_remove_handler_arg1, __xray_set_handler,

@@ -13,6 +13,8 @@
 //!   marker static keys (writable windows, the `int3` protocol, stubs);
 //! - [`dynamic`]: patchable entry sites switched on and off at run time,
 //!   the control socket of `fntrace live`;
+//! - [`markers`]: static-key patching for `fntrace-markers` and the probe
+//!   that records marker events;
 //! - [`args`]: `-A`/`-R` argument and return-value capture;
 //! - [`live`]: `enable`/`disable` from inside the program;
 //! - [`filter`]: record-time depth limit and function filters;
@@ -30,6 +32,7 @@ pub mod dynamic;
 pub mod filter;
 pub mod hooks;
 pub mod live;
+pub mod markers;
 pub mod patch;
 pub mod procinfo;
 mod ranges;

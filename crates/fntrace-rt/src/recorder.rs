@@ -1070,6 +1070,29 @@ fn close_thread(s: &Session, t: &mut ThreadState, exiting: bool) {
     t.session = 0;
 }
 
+/// Records a marker event (its name and formatted arguments) on the
+/// calling thread; false when nothing records or the event was dropped.
+pub fn record_marker(name: &str, text: &str) -> bool {
+    let t = state();
+    if (t.busy || t.session == 0 || t.session != SESSION.load(Ordering::Relaxed)) && !attach_slow(t)
+    {
+        return false;
+    }
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    // SAFETY: the thread is attached (checked above), so its session
+    // pointer is set; sessions are leaked.
+    let s = unsafe { &*t.session_ptr };
+    let ok = write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| Framed::Marker {
+        d,
+        name: name.as_bytes(),
+        text: text.as_bytes(),
+    });
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+    ok
+}
+
 /// Writes the framed record `make(delta)` at the cursor (delta 0 unless
 /// `timed`), moving to a new chunk first when it does not fit before the
 /// cursor's limit. Records larger than a chunk are dropped.
@@ -1672,6 +1695,7 @@ fn init_from_env_once() {
         };
         if preload_runtime_present() {
             let _ = SESSION.compare_exchange(UNINIT, 0, Ordering::AcqRel, Ordering::Acquire);
+            crate::markers::record::init_forwarded_from_env();
             return;
         }
         let mut opts = Options::new(PathBuf::from(path));
@@ -1686,6 +1710,7 @@ fn init_from_env_once() {
         crate::filter::init_from_env();
         crate::args::init_from_env();
         count::init_from_env();
+        crate::markers::record::init_from_env();
         let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = start_locked(&opts) {
             eprintln!("fntrace: cannot record: {e}");

@@ -36,12 +36,113 @@
 //! records without `libfntrace_preload.so`. A dependency nothing refers to
 //! is not linked: write `extern crate fntrace;` (or use any item of it).
 
+//! # Markers
+//!
+//! Typed static trace points: [`declare_marker!`] and [`fire!`], or
+//! [`marker!`] in one statement. While no probe is attached a marker costs
+//! a 5-byte NOP (the static-key design) and its arguments are not
+//! evaluated. Attach probes with `MARKER.attach(closure)` (type-checked at
+//! compile time) or [`set_probe`] by name (checked at run time); remove
+//! them with [`ProbeHandle::remove`], which returns after a grace period.
+//! `fntrace record -M PATTERN` records the matching markers' events with
+//! their argument values; so does [`record_markers`].
+//!
+//! ```
+//! fntrace::declare_marker! {
+//!     /// A request was served.
+//!     pub static SERVED: served(status: u16, path: &str);
+//! }
+//!
+//! fn serve(path: &str) {
+//!     fntrace::fire!(SERVED, 200, path);
+//! }
+//!
+//! let probe = SERVED.attach(|status, path| println!("{status} {path}")).unwrap();
+//! serve("/index.html");
+//! probe.remove().map_err(|(e, _)| e).unwrap();
+//! ```
+
 use std::io;
 use std::path::{Path, PathBuf};
 
 pub use fntrace_macros::instrument_fn;
 pub use fntrace_rt::recorder::{ENV_MAX_SIZE, ENV_OUTPUT};
 pub use fntrace_rt::{Options, Summary};
+
+/// Why a probe could not be attached or removed.
+pub use fntrace_markers::Error as MarkerError;
+pub use fntrace_markers::{
+    AnyArgs, Arg, DesignKind, Event, Marker, MarkerCore, Probe, ProbeHandle, Signature, design,
+    fire,
+};
+
+/// Declares a marker (see [`fntrace_markers::declare_marker!`]):
+/// `declare_marker! { pub static NET_RX: net_rx(len: u32, dev: &str); }`,
+/// optionally followed by `as Flag`, `as FnPtr` or `as EmptyFn` before the
+/// `;` for another disabled-path design.
+#[macro_export]
+macro_rules! declare_marker {
+    ($($t:tt)*) => {
+        $crate::__private::fntrace_markers::declare_marker! { $($t)* }
+        $crate::__link_runtime!();
+    };
+}
+
+/// Declares a marker and fires it in one statement:
+/// `marker!(net_rx, len: u32 = buf.len() as u32, dev: &str = name)`.
+#[macro_export]
+macro_rules! marker {
+    ($($t:tt)*) => {{
+        $crate::__link_runtime!();
+        $crate::__private::fntrace_markers::marker!($($t)*)
+    }};
+}
+
+/// Makes sure the runtime (the static-key patcher) is linked and
+/// installed before `main`, even when nothing else of it is used.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __link_runtime {
+    () => {
+        const _: () = {
+            #[used]
+            #[unsafe(link_section = ".init_array")]
+            static __FNTRACE_MARKERS_INIT: extern "C" fn() = $crate::__private::markers_init;
+        };
+    };
+}
+
+/// Attaches `probe` to every marker named `name`; its argument types must
+/// be the marker's ([`MarkerError::Mismatch`] names both signatures).
+///
+/// ```
+/// fntrace::declare_marker! { static JOB: job_done(id: u64, ok: bool); }
+/// let p = fntrace::set_probe("job_done", fntrace::Probe::<(u64, bool)>::new(|id, ok| {
+///     println!("job {id}: {ok}");
+/// }))
+/// .unwrap();
+/// fntrace::fire!(JOB, 7, true);
+/// p.remove().map_err(|(e, _)| e).unwrap();
+/// let e = fntrace::set_probe("job_done", fntrace::Probe::<(u64,)>::new(|_| {})).err().unwrap();
+/// assert_eq!(e.to_string(), "probe signature (u64) does not match marker `job_done(id: u64, ok: bool)`");
+/// ```
+pub fn set_probe<S: Signature>(name: &str, probe: Probe<S>) -> Result<ProbeHandle, MarkerError> {
+    fntrace_rt::markers::init();
+    fntrace_markers::set_probe(name, probe)
+}
+
+/// Every marker linked into the program.
+pub fn markers() -> &'static [&'static MarkerCore] {
+    fntrace_markers::all()
+}
+
+/// Records the events of the markers whose names match one of `patterns`
+/// (regular expressions) into the active trace, as `fntrace record -M`
+/// does. Returns the recording probe (remove it to stop), or `None` when
+/// no marker matches.
+pub fn record_markers(patterns: &[&str]) -> io::Result<Option<ProbeHandle>> {
+    fntrace_rt::markers::record_markers(patterns).map_err(io::Error::other)
+}
 
 /// Starts recording into `path` (created or truncated).
 ///
@@ -110,6 +211,12 @@ pub fn disable(pattern: &str) -> Result<usize, String> {
 
 #[doc(hidden)]
 pub mod __private {
+    pub use fntrace_markers;
+
+    pub extern "C" fn markers_init() {
+        fntrace_rt::markers::init();
+    }
+
     pub use fntrace_rt::site::{
         Guard, Instrumented, OffEntry, Site, enter, enter_method, instrument_future,
     };
