@@ -127,7 +127,11 @@ fn main() {
                 "xray-basic",
                 "XRAY_BASIC_OPTIONS",
             ),
-            ("compiler-rt XRay FDR mode", "xray-fdr", "XRAY_FDR_OPTIONS"),
+            (
+                "compiler-rt XRay FDR mode, env only (records nothing: never initialised)",
+                "xray-fdr",
+                "XRAY_FDR_OPTIONS",
+            ),
         ] {
             let t = net(&|n| {
                 let mut c = Command::new(&cx);
@@ -222,7 +226,10 @@ fn main() {
             println!("| {name} | {:.1} | {:.2} |", t / CALLS * 1e9, t / plain_c);
         }
         if let (Some(f), Some(x)) = (fdr_t, xray_on) {
-            println!("\ncompiler-rt FDR / fntrace XRay: {:.2}x", f / x);
+            println!(
+                "\ncompiler-rt FDR (env only, not recording) / fntrace XRay: {:.2}x (recording FDR: bench/compare)",
+                f / x
+            );
         }
     } else {
         println!("(clang-14 not installed: XRay rows skipped)");
