@@ -225,6 +225,39 @@ pub unsafe extern "C" fn __fentry__() {
     )
 }
 
+/// The body shared by the exit trampolines: entered with rsp just above
+/// the function's return-address slot and only the return registers live
+/// (rax, rdx, xmm0, xmm1: saved; r11: scratch), it calls [`exit_entry`]
+/// with the slot and rax, restores, and leaves the original return address
+/// in r11 for `$tail` to go to.
+macro_rules! exit_trampoline {
+    ([$($head:literal),*], [$($tail:literal),+]) => {
+        core::arch::naked_asm!(
+            $($head,)*
+            // The slot the callee returned from is just below our entry rsp.
+            "mov r11, rsp",
+            "and rsp, -16",
+            "sub rsp, 64",
+            "mov [rsp + 48], r11",
+            "mov [rsp], rax",
+            "mov [rsp + 8], rdx",
+            "movaps [rsp + 16], xmm0",
+            "movaps [rsp + 32], xmm1",
+            "lea rdi, [r11 - 8]",
+            "mov rsi, rax",
+            "call {exit}",
+            "mov r11, rax",
+            "mov rax, [rsp]",
+            "mov rdx, [rsp + 8]",
+            "movaps xmm0, [rsp + 16]",
+            "movaps xmm1, [rsp + 32]",
+            "mov rsp, [rsp + 48]",
+            $($tail,)+
+            exit = sym exit_entry,
+        )
+    };
+}
+
 /// Entry trampoline of a patched site's call wrapper (see
 /// [`crate::dynamic::wrapper`]): called by the wrapper's first
 /// instruction, before the function's prologue, with every argument
@@ -326,28 +359,8 @@ unsafe extern "C" fn site_entry(func: u64, slot: *mut u64, regs: *const u64) -> 
 /// Only reached from a wrapper this runtime wrote.
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_site_exit() {
-    core::arch::naked_asm!(
-        "mov r11, rsp",
-        "and rsp, -16",
-        "sub rsp, 64",
-        "mov [rsp + 48], r11",
-        "mov [rsp], rax",
-        "mov [rsp + 8], rdx",
-        "movaps [rsp + 16], xmm0",
-        "movaps [rsp + 32], xmm1",
-        "lea rdi, [r11 - 8]",
-        "mov rsi, rax",
-        "call {exit}",
-        "mov r11, rax",
-        "mov rax, [rsp]",
-        "mov rdx, [rsp + 8]",
-        "movaps xmm0, [rsp + 16]",
-        "movaps xmm1, [rsp + 32]",
-        "mov rsp, [rsp + 48]",
-        "push r11",
-        "ret",
-        exit = sym exit_entry,
-    )
+    // Back to the caller with a `ret` the return stack buffer predicts.
+    exit_trampoline!([], ["push r11", "ret"])
 }
 
 /// Where hijacked returns land. Never called directly.
@@ -358,30 +371,11 @@ pub unsafe extern "C" fn fntrace_site_exit() {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fntrace_exit_trampoline() {
-    core::arch::naked_asm!(
+    exit_trampoline!(
         // A byte before the entry so that `ret_addr - 1` lookups of
         // unwinders and symbolisers fall inside this function.
-        "nop",
-        // The slot the callee returned from is just below our entry rsp.
-        "mov r11, rsp",
-        "and rsp, -16",
-        "sub rsp, 64",
-        "mov [rsp + 48], r11",
-        "mov [rsp], rax",
-        "mov [rsp + 8], rdx",
-        "movaps [rsp + 16], xmm0",
-        "movaps [rsp + 32], xmm1",
-        "lea rdi, [r11 - 8]",
-        "mov rsi, rax",
-        "call {exit}",
-        "mov r11, rax",
-        "mov rax, [rsp]",
-        "mov rdx, [rsp + 8]",
-        "movaps xmm0, [rsp + 16]",
-        "movaps xmm1, [rsp + 32]",
-        "mov rsp, [rsp + 48]",
-        "jmp r11",
-        exit = sym exit_entry,
+        ["nop"],
+        ["jmp r11"]
     )
 }
 
