@@ -60,19 +60,19 @@ extern "C" fn exit_entry(slot: u64, rax: u64) -> u64 {
     recorder::hook_exit(slot, rax)
 }
 
-/// The body shared by `mcount` and `__fentry__`: test the session word,
-/// set up an aligned frame (the two are called with different stack
-/// alignments), save every argument register, load the handler's two
-/// arguments with `$args` (rbp points at the saved rbp, `[rbp + 8]` is our
-/// return address), call `$entry`, restore, return.
-macro_rules! entry_trampoline {
-    ($entry:ident, [$($count_args:literal),+], $($args:literal),+) => {
+/// A trampoline that runs a Rust handler before a function's body with
+/// every argument register preserved: `$pre` (tests; may jump to `2f`,
+/// the plain return), an aligned frame (rbp = our frame, `[rbp + 8]` our
+/// return address), the save area (rax, rdi, rsi, rdx, rcx, r8, r9, r10,
+/// r11 at rsp + 128.., xmm0–7 at rsp + 0..; rdi is word 17, what `-A`
+/// reads), `$args`, `call {entry}`, `$post` (may store a result into a
+/// save slot), everything restored, `ret`, then `$tail` (out-of-line
+/// paths). x87 and AVX upper halves are not touched by the handlers, so
+/// they are not saved.
+macro_rules! saving_trampoline {
+    ([$($pre:literal),*], [$($args:literal),*], [$($post:literal),*], [$($tail:literal),*], $($operands:tt)*) => {
         core::arch::naked_asm!(
-            "cmp dword ptr [rip + {word}], 0",
-            "je 2f",
-            "cmp byte ptr [rip + {count_mode}], 0",
-            "jne 3f",
-            "1:",
+            $($pre,)*
             "push rbp",
             "mov rbp, rsp",
             "and rsp, -16",
@@ -94,8 +94,9 @@ macro_rules! entry_trampoline {
             "movaps [rsp + 80], xmm5",
             "movaps [rsp + 96], xmm6",
             "movaps [rsp + 112], xmm7",
-            $($args,)+
+            $($args,)*
             "call {entry}",
+            $($post,)*
             "movaps xmm0, [rsp]",
             "movaps xmm1, [rsp + 16]",
             "movaps xmm2, [rsp + 32]",
@@ -117,51 +118,77 @@ macro_rules! entry_trampoline {
             "pop rbp",
             "2:",
             "ret",
-            // Counting mode fast path: one probe of the thread's arc table;
-            // a hit increments the count, anything else (no table yet, a
-            // new arc, a collision) takes the full path above. Uses rax,
-            // rcx, rdx, r11, saved here. `$count_args` loads rdx = call
-            // site and rcx = callee key (rsp + 32 is our return address).
-            "3:",
-            "push rax",
-            "push rcx",
-            "push rdx",
-            "push r11",
-            $($count_args,)+
-            "mov rax, qword ptr fs:[0]",
-            "add rax, qword ptr [rip + fntrace_thread_state@GOTTPOFF]",
-            "mov rax, [rax + {arcs_off}]",
-            "test rax, rax",
-            "jz 4f",
-            // i = ((from * K) ^ rol(to, 17)) >> 4, masked.
-            "mov r11, {hash_k}",
-            "imul r11, rdx",
-            "push rcx",
-            "rol rcx, 17",
-            "xor r11, rcx",
-            "pop rcx",
-            "shr r11, 4",
-            "and r11, {mask}",
-            "lea r11, [r11 + r11 * 2]",
-            "lea rax, [rax + r11 * 8 + {slots_off}]",
-            "cmp qword ptr [rax + 16], 0",
-            "je 4f",
-            "cmp [rax], rdx",
-            "jne 4f",
-            "cmp [rax + 8], rcx",
-            "jne 4f",
-            "inc qword ptr [rax + 16]",
-            "pop r11",
-            "pop rdx",
-            "pop rcx",
-            "pop rax",
-            "ret",
-            "4:",
-            "pop r11",
-            "pop rdx",
-            "pop rcx",
-            "pop rax",
-            "jmp 1b",
+            $($tail,)*
+            $($operands)*
+        )
+    };
+}
+
+/// The body shared by `mcount` and `__fentry__`: test the session word,
+/// set up an aligned frame (the two are called with different stack
+/// alignments), save every argument register, load the handler's
+/// arguments with `$args` (rbp points at the saved rbp, `[rbp + 8]` is our
+/// return address), call `$entry`, restore, return.
+macro_rules! entry_trampoline {
+    ($entry:ident, [$($count_args:literal),+], $($args:literal),+) => {
+        saving_trampoline!(
+            [
+                "cmp dword ptr [rip + {word}], 0",
+                "je 2f",
+                "cmp byte ptr [rip + {count_mode}], 0",
+                "jne 3f",
+                "1:"
+            ],
+            [$($args),+],
+            [],
+            [
+                // Counting mode fast path: one probe of the thread's arc
+                // table; a hit increments the count, anything else (no
+                // table yet, a new arc, a collision) takes the full path
+                // above. Uses rax, rcx, rdx, r11, saved here.
+                // `$count_args` loads rdx = call site and rcx = callee key
+                // (rsp + 32 is our return address).
+                "3:",
+                "push rax",
+                "push rcx",
+                "push rdx",
+                "push r11",
+                $($count_args,)+
+                "mov rax, qword ptr fs:[0]",
+                "add rax, qword ptr [rip + fntrace_thread_state@GOTTPOFF]",
+                "mov rax, [rax + {arcs_off}]",
+                "test rax, rax",
+                "jz 4f",
+                // i = ((from * K) ^ rol(to, 17)) >> 4, masked.
+                "mov r11, {hash_k}",
+                "imul r11, rdx",
+                "push rcx",
+                "rol rcx, 17",
+                "xor r11, rcx",
+                "pop rcx",
+                "shr r11, 4",
+                "and r11, {mask}",
+                "lea r11, [r11 + r11 * 2]",
+                "lea rax, [rax + r11 * 8 + {slots_off}]",
+                "cmp qword ptr [rax + 16], 0",
+                "je 4f",
+                "cmp [rax], rdx",
+                "jne 4f",
+                "cmp [rax + 8], rcx",
+                "jne 4f",
+                "inc qword ptr [rax + 16]",
+                "pop r11",
+                "pop rdx",
+                "pop rcx",
+                "pop rax",
+                "ret",
+                "4:",
+                "pop r11",
+                "pop rdx",
+                "pop rcx",
+                "pop rax",
+                "jmp 1b"
+            ],
             word = sym recorder::SESSION,
             count_mode = sym super::count::COUNT_MODE,
             arcs_off = const recorder::ARCS_OFFSET,
@@ -277,56 +304,17 @@ macro_rules! exit_trampoline {
 /// Only reached from a wrapper this runtime wrote.
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_site_entry() {
-    core::arch::naked_asm!(
-        "xor r11d, r11d",
-        "cmp dword ptr [rip + {word}], 0",
-        "je 2f",
-        "push rbp",
-        "mov rbp, rsp",
-        "and rsp, -16",
-        "sub rsp, 208",
-        "mov [rsp + 128], rax",
-        "mov [rsp + 136], rdi",
-        "mov [rsp + 144], rsi",
-        "mov [rsp + 152], rdx",
-        "mov [rsp + 160], rcx",
-        "mov [rsp + 168], r8",
-        "mov [rsp + 176], r9",
-        "mov [rsp + 184], r10",
-        "movaps [rsp], xmm0",
-        "movaps [rsp + 16], xmm1",
-        "movaps [rsp + 32], xmm2",
-        "movaps [rsp + 48], xmm3",
-        "movaps [rsp + 64], xmm4",
-        "movaps [rsp + 80], xmm5",
-        "movaps [rsp + 96], xmm6",
-        "movaps [rsp + 112], xmm7",
-        "mov rdi, [rbp + 8]",
-        "mov rdi, [rdi + 27]",
-        "lea rsi, [rbp + 16]",
-        "mov rdx, rsp",
-        "call {entry}",
-        "mov r11, rax",
-        "movaps xmm0, [rsp]",
-        "movaps xmm1, [rsp + 16]",
-        "movaps xmm2, [rsp + 32]",
-        "movaps xmm3, [rsp + 48]",
-        "movaps xmm4, [rsp + 64]",
-        "movaps xmm5, [rsp + 80]",
-        "movaps xmm6, [rsp + 96]",
-        "movaps xmm7, [rsp + 112]",
-        "mov rax, [rsp + 128]",
-        "mov rdi, [rsp + 136]",
-        "mov rsi, [rsp + 144]",
-        "mov rdx, [rsp + 152]",
-        "mov rcx, [rsp + 160]",
-        "mov r8, [rsp + 168]",
-        "mov r9, [rsp + 176]",
-        "mov r10, [rsp + 184]",
-        "mov rsp, rbp",
-        "pop rbp",
-        "2:",
-        "ret",
+    saving_trampoline!(
+        ["xor r11d, r11d", "cmp dword ptr [rip + {word}], 0", "je 2f"],
+        [
+            "mov rdi, [rbp + 8]",
+            "mov rdi, [rdi + 27]",
+            "lea rsi, [rbp + 16]",
+            "mov rdx, rsp"
+        ],
+        // The answer comes back in r11.
+        ["mov [rsp + 192], rax"],
+        [],
         word = sym recorder::SESSION,
         entry = sym site_entry,
     )
