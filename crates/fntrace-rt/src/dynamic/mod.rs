@@ -5,7 +5,7 @@
 //!   `__mcount_loc`) and classifying their NOP layout;
 //! - [`wrapper`]: the per-function call wrappers switched-on sites jump to;
 //! - this module: the registry of loaded objects and their sites, the
-//!   selection rules (`-F`/`-N` at start, [`enable`]/[`disable`] later),
+//!   selection rules (`-F`/`-N` at start, [`switch_functions`] later),
 //!   and applying them with the shared [`crate::patch`] module;
 //! - [`control`]: the control socket `fntrace live` talks to.
 //!
@@ -426,20 +426,19 @@ pub fn start(trace: &[String], notrace: &[String]) -> Result<Changed, String> {
     let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
     reg.default_on = trace.is_empty();
     reg.rules = rules;
-    let mut c = scan_locked(&mut reg);
+    Ok(rescan_and_apply(&mut reg))
+}
+
+/// Picks up objects loaded since the last scan, then brings every object's
+/// sites to what the rules select.
+fn rescan_and_apply(reg: &mut Registry) -> Changed {
+    let mut c = scan_locked(reg);
     for i in 0..reg.objects.len() {
-        let d = apply(&mut reg, i);
+        let d = apply(reg, i);
         c.on += d.on;
         c.off += d.off;
     }
-    Ok(c)
-}
-
-/// Whether any loaded object has patchable sites (scanning first).
-pub fn has_sites() -> bool {
-    scan();
-    let reg = REG.lock().unwrap_or_else(|e| e.into_inner());
-    reg.objects.iter().any(|o| o.alive && !o.sites.is_empty())
+    c
 }
 
 /// Adds a rule and applies it everywhere.
@@ -453,25 +452,7 @@ fn add_rule(pattern: &str, on: bool) -> Result<Changed, String> {
     // same pattern keeps one rule).
     reg.rules.retain(|(r, _)| r.as_str() != pattern);
     reg.rules.push((re, on));
-    let mut c = scan_locked(&mut reg);
-    for i in 0..reg.objects.len() {
-        let d = apply(&mut reg, i);
-        c.on += d.on;
-        c.off += d.off;
-    }
-    Ok(c)
-}
-
-/// Switches on the sites of functions whose demangled name matches
-/// `pattern` (a regular expression), in every loaded object and in
-/// objects loaded later. `#[instrument_fn = "off"]` functions stay off.
-pub fn enable(pattern: &str) -> Result<Changed, String> {
-    add_rule(pattern, true)
-}
-
-/// Switches off the sites of functions whose name matches `pattern`.
-pub fn disable(pattern: &str) -> Result<Changed, String> {
-    add_rule(pattern, false)
+    Ok(rescan_and_apply(&mut reg))
 }
 
 /// The functions switched on, patchable sites and XRay sleds (name, or
