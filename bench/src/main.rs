@@ -40,7 +40,7 @@ pub struct Args {
     /// Only these workloads (comma-separated: fib-c,fib-rs,sqlite,regex).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Results file (default bench/results/<date>.json, <date>-quick.json
+    /// Results file (default `bench/results/<date>.json`, `<date>-quick.json`
     /// with --quick).
     #[arg(long)]
     pub out: Option<PathBuf>,

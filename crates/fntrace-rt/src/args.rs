@@ -6,7 +6,7 @@
 //! name, matching it whole or as the last path components, or a regular
 //! expression; see [`pattern_regex`]), resolved
 //! to address ranges per loaded object like the `-F`/`-N` filters. The hot
-//! path looks here only when [`crate::filter::FEAT_ARGS`] is set, and only
+//! path looks here only when `filter::FEAT_ARGS` is set, and only
 //! for calls that are recorded.
 //!
 //! Arguments are available where the hook runs before the callee's

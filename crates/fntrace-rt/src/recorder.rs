@@ -12,7 +12,7 @@
 //!
 //! Ordering of a session's life: [`start`] creates and maps the file,
 //! writes the header and metadata, then publishes the session id in
-//! [`SESSION`]. Threads attach lazily on their first event. [`finish`]
+//! `SESSION`. Threads attach lazily on their first event. [`finish`]
 //! (explicit, or at `exit`) withdraws the id, seals what the finishing
 //! thread owns, writes the final block and truncates the file to the chunks
 //! handed out. Mappings are never unmapped, so a thread still finishing an
