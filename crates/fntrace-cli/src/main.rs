@@ -827,7 +827,9 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
     if !o.retval.is_empty() {
         cmd.env(fntrace_rt::args::ENV_RETVAL, o.retval.join("\n"));
     }
-    if !o.no_control && ins.as_ref().is_some_and(|i| i.patchable_code()) {
+    // The control socket, for code fntrace can patch while it runs.
+    let control = !o.no_control && ins.as_ref().is_some_and(|i| i.patchable_code());
+    if control {
         cmd.env(fntrace_rt::live::ENV_CONTROL, "1");
     }
     if let Some(p) = &preload {
@@ -844,8 +846,17 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
-    let status = cmd
-        .status()
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {:?}", command[0]))?;
+    if control && std::io::IsTerminal::is_terminal(&io::stderr()) {
+        eprintln!(
+            "fntrace: switch functions on and off while it runs: fntrace live {} list|enable REGEX|disable REGEX",
+            child.id()
+        );
+    }
+    let status = child
+        .wait()
         .with_context(|| format!("cannot run {:?}", command[0]))?;
     // SAFETY: restoring default dispositions.
     unsafe {
