@@ -124,6 +124,8 @@ macro_rules! saving_trampoline {
     };
 }
 
+pub(crate) use saving_trampoline;
+
 /// The body shared by `mcount` and `__fentry__`: test the session word,
 /// set up an aligned frame (the two are called with different stack
 /// alignments), save every argument register, load the handler's

@@ -4,7 +4,9 @@
 //! calls its trampoline (through a nearby stub) at the very start of the
 //! function or just before a tail call: every argument register is live.
 //! Saved: rdi, rsi, rdx, rcx, r8, r9, rax (vector count of variadic calls),
-//! r11 and xmm0–7, like compiler-rt. xmm8–15 are not saved: the System V
+//! r11 and xmm0–7, like compiler-rt, and r10 (the body is the one
+//! `__fentry__` uses, `hooks::tramp::saving_trampoline`). xmm8–15 are not
+//! saved: the System V
 //! ABI passes no arguments in them and they are caller-saved, so nothing
 //! live is in them at a function boundary; the upper halves of ymm/zmm
 //! registers (AVX arguments) survive because the handler is built for
@@ -89,54 +91,18 @@ extern "C" fn dispatch_exit(id: i32, kind: u32, arg1: u64) {
     }
 }
 
+/// A trampoline called from a sled: the shared register-saving body with
+/// the dispatcher's arguments (id from r10d, the kind, the first argument
+/// from rdi for log-args).
 macro_rules! call_trampoline {
     ($kind:expr, $dispatch:ident) => {
-        core::arch::naked_asm!(
-            "push rbp",
-            "mov rbp, rsp",
-            "and rsp, -16",
-            "sub rsp, 192",
-            "movaps [rsp], xmm0",
-            "movaps [rsp + 16], xmm1",
-            "movaps [rsp + 32], xmm2",
-            "movaps [rsp + 48], xmm3",
-            "movaps [rsp + 64], xmm4",
-            "movaps [rsp + 80], xmm5",
-            "movaps [rsp + 96], xmm6",
-            "movaps [rsp + 112], xmm7",
-            "mov [rsp + 128], rax",
-            "mov [rsp + 136], rdi",
-            "mov [rsp + 144], rsi",
-            "mov [rsp + 152], rdx",
-            "mov [rsp + 160], rcx",
-            "mov [rsp + 168], r8",
-            "mov [rsp + 176], r9",
-            "mov [rsp + 184], r11",
-            "mov rdx, rdi",
-            "mov edi, r10d",
-            "mov esi, {kind}",
-            "call {dispatch}",
-            "movaps xmm0, [rsp]",
-            "movaps xmm1, [rsp + 16]",
-            "movaps xmm2, [rsp + 32]",
-            "movaps xmm3, [rsp + 48]",
-            "movaps xmm4, [rsp + 64]",
-            "movaps xmm5, [rsp + 80]",
-            "movaps xmm6, [rsp + 96]",
-            "movaps xmm7, [rsp + 112]",
-            "mov rax, [rsp + 128]",
-            "mov rdi, [rsp + 136]",
-            "mov rsi, [rsp + 144]",
-            "mov rdx, [rsp + 152]",
-            "mov rcx, [rsp + 160]",
-            "mov r8, [rsp + 168]",
-            "mov r9, [rsp + 176]",
-            "mov r11, [rsp + 184]",
-            "mov rsp, rbp",
-            "pop rbp",
-            "ret",
+        crate::hooks::tramp::saving_trampoline!(
+            [],
+            ["mov rdx, rdi", "mov edi, r10d", "mov esi, {kind}"],
+            [],
+            [],
             kind = const $kind,
-            dispatch = sym $dispatch,
+            entry = sym $dispatch,
         )
     };
 }
