@@ -15,17 +15,9 @@ use fntrace_cli::commands::{SortKey, report_rows};
 use fntrace_format::Trace;
 
 mod common;
-use common::{fntrace_bin, preload, tool as run};
+use common::{FIB_C, FIB_RS, fntrace_bin, preload, tool as run};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dynamic");
-const FIB_C: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../examples/workloads/fib.c"
-);
-const FIB_RS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../examples/workloads/fib.rs"
-);
 
 /// The gcc builds with patchable sites: name and flags.
 const GCC_MODES: [(&str, &[&str]); 4] = [
@@ -133,23 +125,8 @@ fn filter_patches_only_the_selected_function() {
     let d = tempfile::tempdir().unwrap();
     for (name, flags) in GCC_MODES {
         let bin = gcc(d.path(), &format!("{SRC}/live.c"), name, flags);
-        let mut child = Command::new(fntrace_bin())
-            .args(["record", "-o"])
-            .arg(d.path().join("t.data"))
-            .args(["-F", "^hot_a$", "--"])
-            .arg(&bin)
-            .env("FNTRACE_PRELOAD", preload())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut w = child.stdin.take().unwrap();
-        let mut r = BufReader::new(child.stdout.take().unwrap());
-        let pid = read_pid(&mut r);
-        writeln!(w, "run").unwrap();
-        let mut l = String::new();
-        r.read_line(&mut l).unwrap();
-        assert!(l.starts_with("ran "), "{name}: {l}");
+        let (mut child, mut w, mut r, pid) = record_live(&d.path().join("t.data"), "-F", &bin);
+        round(&mut w, &mut r);
         // hot_b's entry is still a NOP (the compiler's, or the 5-byte or
         // 2-byte NOP fntrace rewrote a run of one-byte NOPs into at start).
         let (a, b) = (
@@ -165,6 +142,43 @@ fn filter_patches_only_the_selected_function() {
         assert_eq!(c.get("hot_b"), None, "{name}: {c:?}");
         assert_eq!(c.get("main"), None, "{name}: {c:?}");
     }
+}
+
+/// Starts `fntrace record -o DATA SELECT ^hot_a$ -- BIN` on live.c with
+/// piped stdin/stdout; returns the recorder, the program's input and
+/// output, and the program's pid.
+fn record_live(
+    data: &Path,
+    select: &str,
+    bin: &Path,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    BufReader<std::process::ChildStdout>,
+    u32,
+) {
+    let mut child = Command::new(fntrace_bin())
+        .args(["record", "-o"])
+        .arg(data)
+        .args([select, "^hot_a$", "--"])
+        .arg(bin)
+        .env("FNTRACE_PRELOAD", preload())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let w = child.stdin.take().unwrap();
+    let mut r = BufReader::new(child.stdout.take().unwrap());
+    let pid = read_pid(&mut r);
+    (child, w, r, pid)
+}
+
+/// One "run" of live.c: both hot functions 1,000 times.
+fn round(w: &mut impl Write, r: &mut impl BufRead) {
+    writeln!(w, "run").unwrap();
+    let mut l = String::new();
+    r.read_line(&mut l).unwrap();
+    assert!(l.starts_with("ran "), "{l}");
 }
 
 fn read_pid(r: &mut impl BufRead) -> u32 {
@@ -304,25 +318,8 @@ fn live_changes_a_running_process_and_refuses_other_users() {
 /// check that another user is refused.
 fn live_session(dir: &Path, bin: &Path, select: &str, others: bool) {
     let data = dir.join("t.data");
-    let mut child = Command::new(fntrace_bin())
-        .args(["record", "-o"])
-        .arg(&data)
-        .args([select, "^hot_a$", "--"])
-        .arg(bin)
-        .env("FNTRACE_PRELOAD", preload())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut w = child.stdin.take().unwrap();
-    let mut r = BufReader::new(child.stdout.take().unwrap());
-    let pid = read_pid(&mut r);
-    let mut round = || {
-        writeln!(w, "run").unwrap();
-        let mut l = String::new();
-        r.read_line(&mut l).unwrap();
-        assert!(l.starts_with("ran "), "{l}");
-    };
+    let (mut child, mut w, mut r, pid) = record_live(&data, select, bin);
+    let mut round = || round(&mut w, &mut r);
     round();
     let live = |args: &[&str]| {
         let o = Command::new(fntrace_bin())

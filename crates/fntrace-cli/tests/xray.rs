@@ -12,17 +12,9 @@ use fntrace_cli::commands::{SortKey, report_rows};
 use fntrace_format::Trace;
 
 mod common;
-use common::{fntrace_bin, preload, tool as run};
+use common::{FIB_C, FIB_RS, fntrace_bin, preload, tool as run};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xray");
-const FIB_C: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../examples/workloads/fib.c"
-);
-const FIB_RS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../examples/workloads/fib.rs"
-);
 
 fn record(dir: &Path, bin: &Path, args: &[&str]) -> (String, PathBuf) {
     let data = dir.join("t.data");

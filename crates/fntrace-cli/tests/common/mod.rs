@@ -7,6 +7,17 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+/// The shared C workload (`fib(n)` makes 2*fib(n+1)-1 calls).
+pub const FIB_C: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/workloads/fib.c"
+);
+/// The same workload in Rust.
+pub const FIB_RS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/workloads/fib.rs"
+);
+
 /// The `fntrace` binary built for these tests.
 pub fn fntrace_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_fntrace"))
