@@ -233,7 +233,10 @@ fn switching_10000_times_while_four_threads_run() {
     let d = tempfile::tempdir().unwrap();
     for (name, flags) in GCC_MODES {
         let bin = gcc(d.path(), &format!("{SRC}/stress.c"), name, flags);
-        let (out, err, data) = record(d.path(), &[], &bin, &[]);
+        // The workers record as fast as they can while the switching
+        // lasts; a size limit keeps the trace small enough to check (the
+        // switching goes on after the space is used up).
+        let (out, err, data) = record(d.path(), &["--max-size", "48M"], &bin, &[]);
         assert_eq!(out, "switching ok 1, workers ok 4\n", "{name}: {err}");
         let t = Trace::open(&data).unwrap();
         let c = calls(&data);

@@ -19,7 +19,7 @@ pub(crate) const NOTRACE: u8 = 2;
 
 /// Bits of the features the hook hot path must look at (0: none, the
 /// common case, tested with one load).
-static FEATURES: AtomicU32 = AtomicU32::new(0);
+pub(crate) static FEATURES: AtomicU32 = AtomicU32::new(0);
 /// `-F`/`-N` filters are active.
 pub(crate) const FEAT_FILTERS: u32 = 1;
 /// A depth limit is set.

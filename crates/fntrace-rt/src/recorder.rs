@@ -111,7 +111,9 @@ pub struct Summary {
     pub lost_events: u64,
 }
 
-/// A position inside a chunk being filled.
+/// A position inside a chunk being filled (`repr(C)`: the assembly fast
+/// path in `hooks::fast` uses its offsets).
+#[repr(C)]
 struct Cursor {
     /// Chunk header, null when none.
     chunk: *mut u8,
@@ -182,6 +184,9 @@ unsafe impl Send for Cursor {}
 
 /// Per-thread recorder state, in a zero-initialised TLS block (see
 /// [`state_ptr`]); thread exit is observed through [`ExitHook`].
+/// `repr(C)`: the assembly fast path in `hooks::fast` uses its offsets
+/// (checked by [`fast_layout`]).
+#[repr(C)]
 struct ThreadState {
     /// Session this state writes to (0 = none).
     session: u32,
@@ -254,6 +259,63 @@ core::arch::global_asm!(
 /// assembly fast path of counting mode).
 #[cfg_attr(not(feature = "compiler-hooks"), allow(dead_code))]
 pub(crate) const ARCS_OFFSET: usize = core::mem::offset_of!(ThreadState, arcs);
+
+/// Offsets the assembly fast path (`hooks::fast`) writes as literals,
+/// checked against the structures at compile time.
+#[cfg(feature = "compiler-hooks")]
+mod fast_layout {
+    use super::ThreadState;
+    use crate::hooks::fast;
+    use crate::hooks::shadow;
+    use core::mem::offset_of;
+
+    const fn num(s: &str) -> usize {
+        let b = s.as_bytes();
+        let mut i = 0;
+        let mut v = 0;
+        while i < b.len() {
+            v = v * 10 + (b[i] - b'0') as usize;
+            i += 1;
+        }
+        v
+    }
+
+    const _: () = {
+        assert!(num(fast::t_session!()) == offset_of!(ThreadState, session));
+        assert!(num(fast::t_busy!()) == offset_of!(ThreadState, busy));
+        assert!(num(fast::t_pos!()) == offset_of!(ThreadState, cur.pos));
+        assert!(num(fast::t_limit!()) == offset_of!(ThreadState, cur.limit));
+        assert!(num(fast::t_last_tsc!()) == offset_of!(ThreadState, cur.last_tsc));
+        assert!(num(fast::t_last_func!()) == offset_of!(ThreadState, cur.last_func));
+        assert!(num(fast::t_depth!()) == offset_of!(ThreadState, depth));
+        assert!(num(fast::t_sh_base!()) == offset_of!(ThreadState, shadow.base));
+        assert!(num(fast::t_sh_len!()) == offset_of!(ThreadState, shadow.len));
+        assert!(num(fast::t_sh_overflow!()) == offset_of!(ThreadState, shadow.overflow));
+        assert!(num(fast::t_sh_restored!()) == offset_of!(ThreadState, shadow.restored));
+        assert!(num(fast::sh_capacity!()) == shadow::CAPACITY);
+        // Frame: ret, slot, func, flags (the frame stores of the fast path).
+        assert!(offset_of!(shadow::Frame, ret) == 0);
+        assert!(offset_of!(shadow::Frame, slot) == 8);
+        assert!(offset_of!(shadow::Frame, func) == 16);
+        assert!(offset_of!(shadow::Frame, flags) == 24);
+        assert!(core::mem::size_of::<shadow::Frame>() == 32);
+        assert!(shadow::F_RECORDED == 1 && shadow::F_HIJACKED == 2);
+        assert!(core::mem::size_of::<bool>() == 1);
+    };
+}
+
+/// Called by the assembly fast path (through `hooks::fast::fntrace_fast_switch`)
+/// when its event crossed the chunk's limit, with `busy` set: moves the
+/// thread to a new chunk and clears `busy`.
+#[cfg(feature = "compiler-hooks")]
+pub(crate) extern "C" fn fast_chunk_switch() {
+    let t = state();
+    if t.session != 0 && t.cur.pos > t.cur.limit {
+        next_chunk(t);
+    }
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+}
 
 /// Address of the calling thread's state.
 #[inline(always)]
@@ -539,6 +601,8 @@ fn hook_decision(t: &ThreadState, func: u64, feat: u32) -> (bool, u32) {
 /// [`hook_exit`], and `regs` null or valid for reads of the save area.
 #[inline(always)]
 pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64, regs: *const u64) {
+    #[cfg(test)]
+    fast_tests::RUST_ENTRIES.fetch_add(1, Ordering::Relaxed);
     let t = state();
     let feat = filter::features();
     if feat & filter::FEAT_COUNT != 0 {
@@ -1770,3 +1834,119 @@ static INIT_FROM_ENV: extern "C" fn() = {
     }
     init
 };
+
+/// The assembly fast path (`hooks::fast`) against the format's decoder:
+/// calls of a function that starts with `call __fentry__` (what
+/// `gcc -pg -mfentry` emits), with the thread's last timestamp and last
+/// function set so that the deltas and function deltas take every
+/// encoded length.
+#[cfg(all(test, feature = "compiler-hooks"))]
+mod fast_tests {
+    use super::*;
+    use fntrace_format::event::Decoder;
+    use std::sync::atomic::AtomicU64;
+
+    /// Entries that took the Rust path.
+    pub(super) static RUST_ENTRIES: AtomicU64 = AtomicU64::new(0);
+
+    /// A function instrumented like `gcc -pg -mfentry` output.
+    #[unsafe(naked)]
+    extern "C" fn probe() {
+        core::arch::naked_asm!(
+            "call {f}",
+            "ret",
+            f = sym crate::hooks::tramp::__fentry__,
+        )
+    }
+
+    #[test]
+    fn fast_path_events_decode() {
+        let path = std::env::temp_dir().join(format!("fntrace-fast-{}.data", std::process::id()));
+        start(&Options {
+            path: path.clone(),
+            max_size: 1 << 30,
+            exclusive: false,
+            follow_fork: false,
+        })
+        .unwrap();
+        let func = probe as *const () as u64;
+        // Attach (the first event takes the Rust path).
+        probe();
+        let deltas = [
+            0u64,
+            1,
+            31,
+            32,
+            63,
+            64,
+            127,
+            128,
+            4095,
+            4096,
+            8191,
+            8192,
+            1 << 20,
+            1 << 27,
+            1 << 34,
+            1 << 41,
+            1 << 48,
+            1 << 55,
+        ];
+        let prevs = [
+            func,
+            func - 1,
+            func + 1,
+            func - (1 << 20),
+            func + (1 << 33),
+            0,
+            func ^ (1 << 46),
+        ];
+        let mut fast = 0;
+        for &d in &deltas {
+            for &prev in &prevs {
+                let t = state();
+                assert_eq!(t.session, SESSION.load(Ordering::Relaxed));
+                let now = clock::tsc();
+                let base = now.saturating_sub(d);
+                t.cur.last_tsc = base;
+                t.cur.last_func = prev;
+                let pos = t.cur.pos;
+                let before = RUST_ENTRIES.load(Ordering::Relaxed);
+                probe();
+                let t = state();
+                let rust = RUST_ENTRIES.load(Ordering::Relaxed) != before;
+                // SAFETY: the bytes between the two positions were just
+                // written by this thread into the mapped chunk (no chunk
+                // switch: asserted below).
+                let bytes = unsafe {
+                    core::slice::from_raw_parts(pos, t.cur.pos.offset_from(pos) as usize)
+                };
+                assert!(t.cur.pos > pos && bytes.len() <= 2 * MAX_COMPACT_LEN);
+                let mut dec = Decoder::resume(bytes, 0, base, prev);
+                let entry = dec.next_compact().unwrap().unwrap();
+                let exit = dec.next_compact().unwrap().unwrap();
+                assert_eq!(dec.position(), bytes.len(), "{d} {prev:#x} {bytes:x?}");
+                assert_eq!((entry.0, entry.1), (0, func), "{d} {prev:#x} {bytes:x?}");
+                assert!(entry.2 >= now && entry.2 <= exit.2, "{d} {prev:#x}");
+                assert_eq!(exit.0, 1);
+                assert_eq!(exit.2, t.cur.last_tsc);
+                assert_eq!(t.cur.last_func, func);
+                assert_eq!(t.depth, 0);
+                assert_eq!(t.shadow.len, 0);
+                // The assembly handles exactly the entries that fit in one
+                // word (`pack_*` say which); longer ones take the Rust path.
+                let d_entry = entry.2 - base;
+                let word = if prev == func {
+                    fntrace_format::event::pack_entry_same(d_entry)
+                } else {
+                    fntrace_format::event::pack_entry_new(d_entry, func, prev)
+                };
+                assert_eq!(!rust, word.is_some(), "{d} {prev:#x} {bytes:x?}");
+                fast += usize::from(!rust);
+            }
+        }
+        assert!(fast > deltas.len() * prevs.len() / 2, "{fast}");
+        finish();
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -15,6 +15,9 @@ pub mod shadow;
 pub mod tramp;
 
 #[cfg(feature = "compiler-hooks")]
+pub mod fast;
+
+#[cfg(feature = "compiler-hooks")]
 pub mod unwind;
 
 #[cfg(feature = "compiler-hooks")]

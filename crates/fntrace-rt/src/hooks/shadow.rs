@@ -59,8 +59,9 @@ impl Frame {
 /// A thread's shadow stack. All-zero is the empty, unreserved stack (it
 /// lives in the recorder's zero-initialised TLS block).
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Shadow {
-    base: *mut Frame,
+    pub(crate) base: *mut Frame,
     /// Frames in use.
     pub len: usize,
     /// Calls not pushed because the stack was full (explicit-exit

@@ -29,6 +29,10 @@
 
 use crate::recorder;
 
+/// The exit trampoline, for the assembly fast path (which adds 1: hijacked
+/// returns go past its padding byte).
+static EXIT_TRAMPOLINE: unsafe extern "C" fn() = fntrace_exit_trampoline;
+
 /// Address of the exit trampoline (past its leading padding byte).
 #[inline(always)]
 pub fn exit_trampoline_addr() -> u64 {
@@ -70,7 +74,7 @@ extern "C" fn exit_entry(slot: u64, rax: u64) -> u64 {
 /// paths). x87 and AVX upper halves are not touched by the handlers, so
 /// they are not saved.
 macro_rules! saving_trampoline {
-    ([$($pre:literal),*], [$($args:literal),*], [$($post:literal),*], [$($tail:literal),*], $($operands:tt)*) => {
+    ([$($pre:expr),*], [$($args:literal),*], [$($post:literal),*], [$($tail:literal),*], $($operands:tt)*) => {
         core::arch::naked_asm!(
             $($pre,)*
             "push rbp",
@@ -132,14 +136,21 @@ pub(crate) use saving_trampoline;
 /// arguments with `$args` (rbp points at the saved rbp, `[rbp + 8]` is our
 /// return address), call `$entry`, restore, return.
 macro_rules! entry_trampoline {
-    ($entry:ident, [$($count_args:literal),+], $($args:literal),+) => {
+    ($entry:ident, $fast_func:expr, $fast_slot:expr, [$($count_args:literal),+], $($args:literal),+) => {
         saving_trampoline!(
             [
                 "cmp dword ptr [rip + {word}], 0",
                 "je 2f",
                 "cmp byte ptr [rip + {count_mode}], 0",
                 "jne 3f",
-                "1:"
+                "1:",
+                super::fast::fast_entry!(
+                    $fast_func,
+                    super::fast::check_restored!(),
+                    super::fast::frame_hijack!($fast_slot),
+                    concat!(super::fast::fast_pop_args!(), "ret\n"),
+                    super::fast::fast_pop_args!()
+                )
             ],
             [$($args),+],
             [],
@@ -197,6 +208,10 @@ macro_rules! entry_trampoline {
             hash_k = const super::count::HASH_K,
             mask = const super::count::SLOTS - 1,
             slots_off = const super::count::SLOTS_OFFSET,
+            session = sym recorder::SESSION,
+            features = sym crate::filter::FEATURES,
+            switch = sym super::fast::fntrace_fast_switch,
+            exit_ptr = sym EXIT_TRAMPOLINE,
             entry = sym $entry,
         )
     };
@@ -215,6 +230,10 @@ pub unsafe extern "C" fn mcount() {
     // (which our frame saved at [rbp]).
     entry_trampoline!(
         mcount_entry,
+        // Fast path (7 registers pushed): pc is the return address, the
+        // slot is 8 above the callee's frame pointer (rbp, untouched).
+        "mov r8, qword ptr [rsp + 56]\n",
+        "lea r9, [rbp + 8]\n",
         ["mov rdx, [rbp + 8]", "mov rcx, [rsp + 32]"],
         "mov rdi, [rbp + 8]",
         "mov rsi, [rbp]",
@@ -246,6 +265,10 @@ pub unsafe extern "C" fn __fentry__() {
     // our return address.
     entry_trampoline!(
         fentry_entry,
+        // Fast path (7 registers pushed): our return address minus the
+        // call, and the slot above it.
+        "mov r8, qword ptr [rsp + 56]\nsub r8, 5\n",
+        "lea r9, [rsp + 64]\n",
         ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "sub rcx, 5"],
         "mov rdi, [rbp + 8]",
         "sub rdi, 5",
@@ -260,9 +283,10 @@ pub unsafe extern "C" fn __fentry__() {
 /// with the slot and rax, restores, and leaves the original return address
 /// in r11 for `$tail` to go to.
 macro_rules! exit_trampoline {
-    ([$($head:literal),*], [$($tail:literal),+]) => {
+    ([$($head:literal),*], $fast_done:expr, [$($tail:literal),+]) => {
         core::arch::naked_asm!(
             $($head,)*
+            super::fast::fast_hook_exit!($fast_done, "pop rdx\npop rax\n"),
             // The slot the callee returned from is just below our entry rsp.
             "mov r11, rsp",
             "and rsp, -16",
@@ -283,6 +307,9 @@ macro_rules! exit_trampoline {
             "mov rsp, [rsp + 48]",
             $($tail,)+
             exit = sym exit_entry,
+            session = sym recorder::SESSION,
+            features = sym crate::filter::FEATURES,
+            switch = sym super::fast::fntrace_fast_switch,
         )
     };
 }
@@ -307,7 +334,21 @@ macro_rules! exit_trampoline {
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_site_entry() {
     saving_trampoline!(
-        ["xor r11d, r11d", "cmp dword ptr [rip + {word}], 0", "je 2f"],
+        [
+            "xor r11d, r11d",
+            "cmp dword ptr [rip + {word}], 0",
+            "je 2f",
+            // Fast path (7 registers pushed): the function's start is
+            // stored 27 bytes after our return address, its slot is above
+            // that return address.
+            super::fast::fast_entry!(
+                "mov r8, qword ptr [rsp + 56]\nmov r8, qword ptr [r8 + 27]\n",
+                super::fast::check_restored!(),
+                super::fast::frame_hijack!("lea r9, [rsp + 64]\n"),
+                concat!(super::fast::fast_pop_args!(), "mov r11d, 1\nret\n"),
+                super::fast::fast_pop_args!()
+            )
+        ],
         [
             "mov rdi, [rbp + 8]",
             "mov rdi, [rdi + 27]",
@@ -318,6 +359,10 @@ pub unsafe extern "C" fn fntrace_site_entry() {
         ["mov [rsp + 192], rax"],
         [],
         word = sym recorder::SESSION,
+        session = sym recorder::SESSION,
+        features = sym crate::filter::FEATURES,
+        switch = sym super::fast::fntrace_fast_switch,
+        exit_ptr = sym EXIT_TRAMPOLINE,
         entry = sym site_entry,
     )
 }
@@ -350,7 +395,7 @@ unsafe extern "C" fn site_entry(func: u64, slot: *mut u64, regs: *const u64) -> 
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_site_exit() {
     // Back to the caller with a `ret` the return stack buffer predicts.
-    exit_trampoline!([], ["push r11", "ret"])
+    exit_trampoline!([], "pop rdx\npop rax\npush r10\nret\n", ["push r11", "ret"])
 }
 
 /// Where hijacked returns land. Never called directly.
@@ -365,6 +410,7 @@ pub unsafe extern "C" fn fntrace_exit_trampoline() {
         // A byte before the entry so that `ret_addr - 1` lookups of
         // unwinders and symbolisers fall inside this function.
         ["nop"],
+        "pop rdx\npop rax\njmp r10\n",
         ["jmp r11"]
     )
 }

@@ -60,8 +60,11 @@ pub static OBJECTS: Mutex<Vec<XObject>> = Mutex::new(Vec::new());
 /// Loaded objects known to have no sleds (start, path).
 static NO_SLEDS: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
 
-/// Function tables for the hot path: object id → leaked `Vec<u64>`.
-static FUNCS: [AtomicPtr<Vec<u64>>; 256] = [const { AtomicPtr::new(core::ptr::null_mut()) }; 256];
+/// Function tables for the hot path: object id → a leaked array whose
+/// word 0 is the number of functions and word `id` the start of function
+/// `id` (the trampolines' assembly fast path reads it the same way).
+pub(crate) static FUNCS: [AtomicPtr<u64>; 256] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; 256];
 
 /// The start address of function `id`, or 0.
 #[inline(always)]
@@ -72,8 +75,14 @@ pub fn function_address(id: i32) -> u64 {
     if p.is_null() || fid == 0 {
         return 0;
     }
-    // SAFETY: published tables are leaked and never changed.
-    unsafe { (&*p).get(fid as usize - 1).copied().unwrap_or(0) }
+    // SAFETY: published tables are leaked and never changed; word 0 is
+    // their length, so words 1..=len exist.
+    unsafe {
+        if u64::from(fid) > *p {
+            return 0;
+        }
+        *p.add(fid as usize)
+    }
 }
 
 /// Finds objects loaded since the last scan and forgets unloaded ones.
@@ -123,7 +132,10 @@ pub fn scan() -> bool {
         if id >= FUNCS.len() {
             break;
         }
-        FUNCS[id].store(Box::into_raw(Box::new(funcs.clone())), Ordering::Release);
+        let table: Box<[u64]> = core::iter::once(funcs.len() as u64)
+            .chain(funcs.iter().copied())
+            .collect();
+        FUNCS[id].store(Box::leak(table).as_mut_ptr(), Ordering::Release);
         objs.push(XObject {
             path,
             start,

@@ -91,17 +91,78 @@ extern "C" fn dispatch_exit(id: i32, kind: u32, arg1: u64) {
     }
 }
 
-/// A trampoline called from a sled: the shared register-saving body with
-/// the dispatcher's arguments (id from r10d, the kind, the first argument
-/// from rdi for log-args).
+/// The assembly fast path's function lookup: recording without a user
+/// handler, and the start of function r10d (object `id >> 24`, function
+/// `id & 0xffffff` of `patch::FUNCS`) into r8. Jumps to `89f` otherwise.
+/// Uses r8 and r9.
+macro_rules! xray_func {
+    () => {
+        concat!(
+            "cmp byte ptr [rip + {user}], 0\n",
+            "jne 89f\n",
+            "cmp byte ptr [rip + {record}], 0\n",
+            "je 89f\n",
+            "mov r8d, r10d\n",
+            "shr r8d, 24\n",
+            "lea r9, [rip + {funcs}]\n",
+            "mov r9, qword ptr [r9 + r8 * 8]\n",
+            "test r9, r9\n",
+            "jz 89f\n",
+            "mov r8d, r10d\n",
+            "and r8d, 0xffffff\n",
+            "jz 89f\n",
+            "cmp r8, qword ptr [r9]\n",
+            "ja 89f\n",
+            "mov r8, qword ptr [r9 + r8 * 8]\n",
+            "test r8, r8\n",
+            "jz 89f\n",
+        )
+    };
+}
+
+/// A trampoline called from a sled: the assembly fast path
+/// (`hooks::fast`; `$fast` is `entry` or `tail`), then the shared
+/// register-saving body with the dispatcher's arguments (id from r10d, the
+/// kind, the first argument from rdi for log-args).
 macro_rules! call_trampoline {
-    ($kind:expr, $dispatch:ident) => {
+    ($kind:expr, $dispatch:ident, entry) => {
+        call_trampoline!(
+            @ $kind,
+            $dispatch,
+            crate::hooks::fast::fast_entry!(
+                xray_func!(),
+                "",
+                crate::hooks::fast::frame_explicit!(),
+                concat!(crate::hooks::fast::fast_pop_args!(), "ret\n"),
+                crate::hooks::fast::fast_pop_args!()
+            )
+        )
+    };
+    ($kind:expr, $dispatch:ident, tail) => {
+        call_trampoline!(
+            @ $kind,
+            $dispatch,
+            crate::hooks::fast::fast_exit!(
+                crate::hooks::fast::fast_push_args!(),
+                xray_func!(),
+                concat!(crate::hooks::fast::fast_pop_args!(), "ret\n"),
+                crate::hooks::fast::fast_pop_args!()
+            )
+        )
+    };
+    (@ $kind:expr, $dispatch:ident, $fast:expr) => {
         crate::hooks::tramp::saving_trampoline!(
-            [],
+            [$fast],
             ["mov rdx, rdi", "mov edi, r10d", "mov esi, {kind}"],
             [],
             [],
             kind = const $kind,
+            user = sym USER,
+            record = sym RECORD,
+            funcs = sym super::patch::FUNCS,
+            session = sym recorder::SESSION,
+            features = sym crate::filter::FEATURES,
+            switch = sym crate::hooks::fast::fntrace_fast_switch,
             entry = sym $dispatch,
         )
     };
@@ -113,7 +174,7 @@ macro_rules! call_trampoline {
 /// Only patched sleds call it, with the id in r10d.
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_xray_entry() {
-    call_trampoline!(kind::ENTRY as u32, dispatch_entry)
+    call_trampoline!(kind::ENTRY as u32, dispatch_entry, entry)
 }
 
 /// Tail-exit trampoline (called from tail sleds).
@@ -122,7 +183,7 @@ pub unsafe extern "C" fn fntrace_xray_entry() {
 /// Only patched sleds call it, with the id in r10d.
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_xray_tail() {
-    call_trampoline!(kind::TAIL as u32, dispatch_exit)
+    call_trampoline!(kind::TAIL as u32, dispatch_exit, tail)
 }
 
 /// Log-args entry trampoline: the handler also gets the first argument.
@@ -131,7 +192,7 @@ pub unsafe extern "C" fn fntrace_xray_tail() {
 /// Only patched sleds call it, with the id in r10d.
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_xray_log_args() {
-    call_trampoline!(kind::LOG_ARGS as u32, dispatch_entry)
+    call_trampoline!(kind::LOG_ARGS as u32, dispatch_entry, entry)
 }
 
 /// Exit trampoline (jumped to from exit sleds, in place of the `ret`).
@@ -142,6 +203,14 @@ pub unsafe extern "C" fn fntrace_xray_log_args() {
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_xray_exit() {
     core::arch::naked_asm!(
+        // Fast path: rax and rdx saved, r8, r9, r11, rcx, rsi clobbered
+        // (dead at a `ret`).
+        crate::hooks::fast::fast_exit!(
+            "push rax\npush rdx\n",
+            xray_func!(),
+            "pop rdx\npop rax\nret\n",
+            "pop rdx\npop rax\n"
+        ),
         "push rbp",
         "mov rbp, rsp",
         "and rsp, -16",
@@ -163,6 +232,12 @@ pub unsafe extern "C" fn fntrace_xray_exit() {
         "ret",
         kind = const kind::EXIT as u32,
         dispatch = sym dispatch_exit,
+        user = sym USER,
+        record = sym RECORD,
+        funcs = sym super::patch::FUNCS,
+        session = sym recorder::SESSION,
+        features = sym crate::filter::FEATURES,
+        switch = sym crate::hooks::fast::fntrace_fast_switch,
     )
 }
 

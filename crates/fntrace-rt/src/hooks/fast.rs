@@ -1,0 +1,556 @@
+//! The assembly fast path of the trampolines: records an entry or an exit
+//! without calling into Rust, so a trampoline saves only the few registers
+//! the fast path uses instead of every argument register and xmm0–7.
+//!
+//! The fast path handles the common case and nothing else: a recording
+//! thread attached to the current session, not inside the recorder, no
+//! `-F`/`-N`/`--depth`/`-A`/counting features, room on the shadow stack,
+//! and (for exits) the newest shadow frame is the one returning. Anything
+//! else — and an event that does not encode in one 8-byte word — leaves
+//! every register as it found it and falls through to the trampoline's
+//! full path, which does the same work in Rust (`recorder::hook_entry`,
+//! `hook_exit`, `explicit_entry`, `explicit_exit`) and handles every
+//! case. The two paths write the same bytes: the event encodings are the
+//! ones of `fntrace_format::event` (`pack_entry_same`, `pack_entry_new`,
+//! `pack_exit`), and a unit test in `recorder` runs both on the same
+//! inputs.
+//!
+//! The fast path sets the thread's `busy` flag before reading any state it
+//! updates and clears it after the last store, as the Rust path does, so a
+//! signal handler that runs instrumented code in between is counted as
+//! lost instead of interleaving its events. A chunk filled by the event is
+//! switched by calling [`fntrace_fast_switch`] (every register saved).
+//!
+//! Register use, for the trampolines' documentation:
+//! - entries (`fast_entry!`, also the XRay tail exit, `fast_exit!` with
+//!   [`fast_push_args!`]): rax, rdx, rcx, rsi, r8, r9, r11 are pushed and
+//!   popped (argument registers and the scratch registers gcc may assume
+//!   preserved); rdi, r10 and vector registers are not touched;
+//! - exits (`fast_exit!`, `fast_hook_exit!`) run where only the return
+//!   registers are live: rax and rdx are pushed and popped, rcx, rsi, r8,
+//!   r9, r10, r11 are clobbered (dead at a `ret`), xmm0/xmm1 are not
+//!   touched.
+//!
+//! Offsets into the thread state are literals here (an assembly template
+//! cannot take them as `const` operands from a macro), checked against
+//! `offset_of!` by `recorder::fast_layout` at compile time.
+
+use crate::recorder;
+
+/// Offset of `ThreadState::session` (u32).
+macro_rules! t_session {
+    () => {
+        "0"
+    };
+}
+/// Offset of `ThreadState::busy` (bool).
+macro_rules! t_busy {
+    () => {
+        "4"
+    };
+}
+/// Offset of `ThreadState::cur.pos`.
+macro_rules! t_pos {
+    () => {
+        "16"
+    };
+}
+/// Offset of `ThreadState::cur.limit`.
+macro_rules! t_limit {
+    () => {
+        "24"
+    };
+}
+/// Offset of `ThreadState::cur.last_tsc`.
+macro_rules! t_last_tsc {
+    () => {
+        "40"
+    };
+}
+/// Offset of `ThreadState::cur.last_func`.
+macro_rules! t_last_func {
+    () => {
+        "48"
+    };
+}
+/// Offset of `ThreadState::depth` (u32).
+macro_rules! t_depth {
+    () => {
+        "56"
+    };
+}
+/// Offset of `ThreadState::shadow.base`.
+macro_rules! t_sh_base {
+    () => {
+        "80"
+    };
+}
+/// Offset of `ThreadState::shadow.len`.
+macro_rules! t_sh_len {
+    () => {
+        "88"
+    };
+}
+/// Offset of `ThreadState::shadow.overflow`.
+macro_rules! t_sh_overflow {
+    () => {
+        "96"
+    };
+}
+/// Offset of `ThreadState::shadow.restored` (bool).
+macro_rules! t_sh_restored {
+    () => {
+        "104"
+    };
+}
+/// `shadow::CAPACITY`.
+macro_rules! sh_capacity {
+    () => {
+        "131072"
+    };
+}
+
+pub(crate) use {
+    sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit, t_pos, t_session, t_sh_base,
+    t_sh_len, t_sh_overflow, t_sh_restored,
+};
+
+/// Pushes the registers the entry fast path uses (7 words: the
+/// trampoline's return address is then at `rsp + 56`).
+macro_rules! fast_push_args {
+    () => {
+        "push rax\npush rdx\npush rcx\npush rsi\npush r8\npush r9\npush r11\n"
+    };
+}
+/// Pops what [`fast_push_args!`] pushed.
+macro_rules! fast_pop_args {
+    () => {
+        "pop r11\npop r9\npop r8\npop rsi\npop rcx\npop rdx\npop rax\n"
+    };
+}
+pub(crate) use {fast_pop_args, fast_push_args};
+
+/// The thread state into r11 and the checks every fast path makes: the
+/// thread is attached to the current session, no hot-path feature is on,
+/// the thread is not inside the recorder. Jumps to `89f` otherwise.
+/// Operands: `session` (`recorder::SESSION`), `features`
+/// (`filter::FEATURES`).
+macro_rules! fast_checks {
+    () => {
+        concat!(
+            "mov r11, qword ptr fs:[0]\n",
+            "add r11, qword ptr [rip + fntrace_thread_state@GOTTPOFF]\n",
+            "mov eax, dword ptr [rip + {session}]\n",
+            "cmp dword ptr [r11 + ",
+            $crate::hooks::fast::t_session!(),
+            "], eax\n",
+            "jne 89f\n",
+            "cmp dword ptr [rip + {features}], 0\n",
+            "jne 89f\n",
+            "cmp byte ptr [r11 + ",
+            $crate::hooks::fast::t_busy!(),
+            "], 0\n",
+            "jne 89f\n",
+        )
+    };
+}
+pub(crate) use fast_checks;
+
+/// Sets `busy`, reads the TSC and leaves the delta from the chunk's last
+/// timed record in rax (0 if the TSC went backwards) and the new
+/// `last_tsc` in rsi. Clobbers rdx.
+macro_rules! fast_delta {
+    () => {
+        concat!(
+            "mov byte ptr [r11 + ",
+            $crate::hooks::fast::t_busy!(),
+            "], 1\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "mov rsi, rax\n",
+            "sub rax, qword ptr [r11 + ",
+            $crate::hooks::fast::t_last_tsc!(),
+            "]\n",
+            "jae 81f\n",
+            "xor eax, eax\n",
+            "mov rsi, qword ptr [r11 + ",
+            $crate::hooks::fast::t_last_tsc!(),
+            "]\n",
+            "81:\n",
+        )
+    };
+}
+pub(crate) use fast_delta;
+
+/// Appends the LEB128 encoding of r9 to the word in rax at bit offset ecx
+/// (advanced past it); jumps to `88f` if the word would exceed 8 bytes.
+/// `$l` is a fresh local label number, `$m` another. Clobbers rdx, r9.
+macro_rules! fast_varint {
+    ($l:literal, $m:literal) => {
+        concat!(
+            $l,
+            ":\n",
+            "cmp ecx, 56\n",
+            "ja 88f\n",
+            "mov edx, r9d\n",
+            "and edx, 0x7f\n",
+            "shr r9, 7\n",
+            "jz ",
+            $m,
+            "f\n",
+            "or edx, 0x80\n",
+            "shl rdx, cl\n",
+            "or rax, rdx\n",
+            "add ecx, 8\n",
+            "jmp ",
+            $l,
+            "b\n",
+            $m,
+            ":\n",
+            "shl rdx, cl\n",
+            "or rax, rdx\n",
+            "add ecx, 8\n",
+        )
+    };
+}
+pub(crate) use fast_varint;
+
+/// Turns the delta in rax into a record's first byte (`$base` | the low
+/// `$bits` bits | `$cont` when more follow) followed by the LEB128 rest;
+/// the word is left in rax and its length in bits in ecx. A rest below 128
+/// (one more byte at most, the common case) is encoded without branches,
+/// since whether it is zero changes from event to event; larger ones go
+/// through the loop. `$shift` is log2(`$cont`). Clobbers rdx, r9. `$l`,
+/// `$m`, `$n`: fresh local label numbers.
+macro_rules! fast_first {
+    ($bits:literal, $mask:literal, $base:literal, $shift:literal, $l:literal, $m:literal, $n:literal) => {
+        concat!(
+            "mov r9, rax\n",
+            "shr r9, ",
+            $bits,
+            "\n",
+            "and eax, ",
+            $mask,
+            "\n",
+            "or eax, ",
+            $base,
+            "\n",
+            "cmp r9, 127\n",
+            "ja ",
+            $n,
+            "f\n",
+            "xor edx, edx\n",
+            "test r9, r9\n",
+            "setnz dl\n",
+            "lea ecx, [8 + rdx * 8]\n",
+            "shl edx, ",
+            $shift,
+            "\n",
+            "or eax, edx\n",
+            "shl r9, 8\n",
+            "or rax, r9\n",
+            "jmp ",
+            $n,
+            "0f\n",
+            $n,
+            ":\n",
+            "or eax, 1 << ",
+            $shift,
+            "\n",
+            "mov ecx, 8\n",
+            $crate::hooks::fast::fast_varint!($l, $m),
+            $n,
+            "0:\n",
+        )
+    };
+}
+pub(crate) use fast_first;
+
+/// Writes the word in rax (ecx bits) at the cursor and advances it; r8
+/// (entries) becomes `last_func`, rsi `last_tsc`.
+macro_rules! fast_store {
+    () => {
+        concat!(
+            "shr ecx, 3\n",
+            "mov rdx, qword ptr [r11 + ",
+            $crate::hooks::fast::t_pos!(),
+            "]\n",
+            "mov qword ptr [rdx], rax\n",
+            "add rdx, rcx\n",
+            "mov qword ptr [r11 + ",
+            $crate::hooks::fast::t_pos!(),
+            "], rdx\n",
+            "mov qword ptr [r11 + ",
+            $crate::hooks::fast::t_last_tsc!(),
+            "], rsi\n",
+        )
+    };
+}
+pub(crate) use fast_store;
+
+/// The end of every fast path once the event is stored: the chunk switch
+/// if the write crossed the limit, `busy` cleared, then `$done` (the
+/// registers restored and the way out). `88`: a bail-out after `busy` was
+/// set, `89`: before; both end at `$bail` with nothing changed.
+macro_rules! fast_tail {
+    ($done:expr, $bail:expr) => {
+        concat!(
+            "mov rdx, qword ptr [r11 + ",
+            $crate::hooks::fast::t_pos!(),
+            "]\n",
+            "cmp rdx, qword ptr [r11 + ",
+            $crate::hooks::fast::t_limit!(),
+            "]\n",
+            "ja 86f\n",
+            "mov byte ptr [r11 + ",
+            $crate::hooks::fast::t_busy!(),
+            "], 0\n",
+            "85:\n",
+            $done,
+            "86:\n",
+            // Clears `busy` itself, after the switch.
+            "call {switch}\n",
+            "jmp 85b\n",
+            "88:\n",
+            "mov byte ptr [r11 + ",
+            $crate::hooks::fast::t_busy!(),
+            "], 0\n",
+            "89:\n",
+            $bail,
+        )
+    };
+}
+pub(crate) use fast_tail;
+
+/// The entry fast path: `$func` loads the function key into r8 (it may
+/// jump to `89f`); `$hook` is empty for explicit-exit mechanisms (XRay)
+/// or `fast_hijack!(...)` for entries whose exit is taken over; `$done`
+/// and `$bail` as in [`fast_tail!`] (the pushed registers are still on
+/// the stack at both). Operands: `session`, `features`, `switch` and
+/// those of `$func`/`$hook`.
+macro_rules! fast_entry {
+    ($func:expr, $restored_check:expr, $frame:expr, $done:expr, $bail:expr) => {
+        concat!(
+            $crate::hooks::fast::fast_push_args!(),
+            $func,
+            $crate::hooks::fast::fast_checks!(),
+            $restored_check,
+            "mov rcx, qword ptr [r11 + ",
+            $crate::hooks::fast::t_sh_len!(),
+            "]\n",
+            "cmp rcx, ",
+            $crate::hooks::fast::sh_capacity!(),
+            "\n",
+            "jae 89f\n",
+            "cmp qword ptr [r11 + ",
+            $crate::hooks::fast::t_sh_base!(),
+            "], 0\n",
+            "je 89f\n",
+            $crate::hooks::fast::fast_delta!(),
+            "cmp r8, qword ptr [r11 + ",
+            $crate::hooks::fast::t_last_func!(),
+            "]\n",
+            "jne 82f\n",
+            // Same function as the last entry: 01cddddd.
+            $crate::hooks::fast::fast_first!("5", "0x1f", "0x40", "5", "70", "71", "72"),
+            "jmp 87f\n",
+            "82:\n",
+            // A new function: 001cdddd, the rest of the delta, then the
+            // function as a zigzag delta from the last entry's.
+            $crate::hooks::fast::fast_first!("4", "0x0f", "0x20", "4", "73", "74", "75"),
+            "mov r9, r8\n",
+            "sub r9, qword ptr [r11 + ",
+            $crate::hooks::fast::t_last_func!(),
+            "]\n",
+            "lea rdx, [r9 + r9]\n",
+            "sar r9, 63\n",
+            "xor r9, rdx\n",
+            $crate::hooks::fast::fast_varint!("76", "77"),
+            "87:\n",
+            $crate::hooks::fast::fast_store!(),
+            "mov qword ptr [r11 + ",
+            $crate::hooks::fast::t_last_func!(),
+            "], r8\n",
+            "inc dword ptr [r11 + ",
+            $crate::hooks::fast::t_depth!(),
+            "]\n",
+            // The shadow frame at base + len * 32: ret, slot, func, flags.
+            "mov rcx, qword ptr [r11 + ",
+            $crate::hooks::fast::t_sh_len!(),
+            "]\n",
+            "mov rax, rcx\n",
+            "shl rax, 5\n",
+            "add rax, qword ptr [r11 + ",
+            $crate::hooks::fast::t_sh_base!(),
+            "]\n",
+            "mov qword ptr [rax + 16], r8\n",
+            $frame,
+            "inc rcx\n",
+            "mov qword ptr [r11 + ",
+            $crate::hooks::fast::t_sh_len!(),
+            "], rcx\n",
+            $crate::hooks::fast::fast_tail!($done, $bail),
+        )
+    };
+}
+pub(crate) use fast_entry;
+
+/// Frame of an explicit-exit call (XRay): no return address, no slot,
+/// `F_RECORDED`.
+macro_rules! frame_explicit {
+    () => {
+        concat!(
+            "mov qword ptr [rax], 0\n",
+            "mov qword ptr [rax + 8], 0\n",
+            "mov qword ptr [rax + 24], 1\n",
+        )
+    };
+}
+pub(crate) use frame_explicit;
+
+/// Frame of a call whose return is taken over: `$slot` loads the address
+/// of its return-address slot into r9; the original return address is
+/// kept, the slot gets the exit trampoline (operand `exit_ptr`, a static
+/// holding its address, plus the padding byte), flags `F_RECORDED | F_HIJACKED`.
+macro_rules! frame_hijack {
+    ($slot:expr) => {
+        concat!(
+            $slot,
+            "mov rsi, qword ptr [r9]\n",
+            "mov qword ptr [rax], rsi\n",
+            "mov qword ptr [rax + 8], r9\n",
+            "mov qword ptr [rax + 24], 3\n",
+            "mov rsi, qword ptr [rip + {exit_ptr}]\n",
+            "inc rsi\n",
+            "mov qword ptr [r9], rsi\n",
+        )
+    };
+}
+pub(crate) use frame_hijack;
+
+/// A hijacking entry must first re-hijack frames restored for an unwinder:
+/// that is the Rust path's job.
+macro_rules! check_restored {
+    () => {
+        concat!(
+            "cmp byte ptr [r11 + ",
+            $crate::hooks::fast::t_sh_restored!(),
+            "], 0\n",
+            "jne 89f\n",
+        )
+    };
+}
+pub(crate) use check_restored;
+
+/// The exit record (1cdddddd and the rest of the delta) of the thread in
+/// r11 with `busy` already set by [`fast_delta!`]; pops the newest shadow
+/// frame and decrements the depth.
+macro_rules! fast_exit_record {
+    () => {
+        concat!(
+            $crate::hooks::fast::fast_delta!(),
+            $crate::hooks::fast::fast_first!("6", "0x3f", "0x80", "6", "60", "61", "62"),
+            $crate::hooks::fast::fast_store!(),
+            "dec dword ptr [r11 + ",
+            $crate::hooks::fast::t_depth!(),
+            "]\n",
+            "dec qword ptr [r11 + ",
+            $crate::hooks::fast::t_sh_len!(),
+            "]\n",
+        )
+    };
+}
+pub(crate) use fast_exit_record;
+
+/// The checks on the newest shadow frame before an exit: there is one,
+/// the depth is not 0, and `$match` (comparing the frame at rax) holds.
+/// Leaves the frame's address in rax.
+macro_rules! fast_top {
+    ($match:expr) => {
+        concat!(
+            "mov rcx, qword ptr [r11 + ",
+            $crate::hooks::fast::t_sh_len!(),
+            "]\n",
+            "test rcx, rcx\n",
+            "jz 89f\n",
+            "cmp dword ptr [r11 + ",
+            $crate::hooks::fast::t_depth!(),
+            "], 0\n",
+            "je 89f\n",
+            "mov rax, rcx\n",
+            "shl rax, 5\n",
+            "add rax, qword ptr [r11 + ",
+            $crate::hooks::fast::t_sh_base!(),
+            "]\n",
+            "sub rax, 32\n",
+            $match,
+        )
+    };
+}
+pub(crate) use fast_top;
+
+/// The exit fast path of an explicit-exit call (XRay exit and tail exit):
+/// `$func` loads the function into r8 (or jumps to `89f`); the newest
+/// frame must be that function's, recorded, without a slot, and nothing
+/// may have overflowed the shadow stack.
+macro_rules! fast_exit {
+    ($push:expr, $func:expr, $done:expr, $bail:expr) => {
+        concat!(
+            $push,
+            $func,
+            $crate::hooks::fast::fast_checks!(),
+            "cmp qword ptr [r11 + ",
+            $crate::hooks::fast::t_sh_overflow!(),
+            "], 0\n",
+            "jne 89f\n",
+            $crate::hooks::fast::fast_top!(concat!(
+                "cmp qword ptr [rax + 16], r8\n",
+                "jne 89f\n",
+                "cmp qword ptr [rax + 8], 0\n",
+                "jne 89f\n",
+                "cmp dword ptr [rax + 24], 1\n",
+                "jne 89f\n",
+            )),
+            $crate::hooks::fast::fast_exit_record!(),
+            $crate::hooks::fast::fast_tail!($done, $bail),
+        )
+    };
+}
+pub(crate) use fast_exit;
+
+/// The exit fast path of a hijacked return (the exit trampoline, a call
+/// wrapper's exit): rax and rdx are pushed, the slot returned from is at
+/// `rsp + 8`; the newest frame must own it, recorded and hijacked. The
+/// original return address is left in r10 for `$done`.
+macro_rules! fast_hook_exit {
+    ($done:expr, $bail:expr) => {
+        concat!(
+            "push rax\n",
+            "push rdx\n",
+            $crate::hooks::fast::fast_checks!(),
+            $crate::hooks::fast::fast_top!(concat!(
+                "lea rdx, [rsp + 8]\n",
+                "cmp qword ptr [rax + 8], rdx\n",
+                "jne 89f\n",
+                "cmp dword ptr [rax + 24], 3\n",
+                "jne 89f\n",
+                "mov r10, qword ptr [rax]\n",
+            )),
+            $crate::hooks::fast::fast_exit_record!(),
+            $crate::hooks::fast::fast_tail!($done, $bail),
+        )
+    };
+}
+pub(crate) use fast_hook_exit;
+
+/// Where a fast path goes when its event filled the chunk: saves every
+/// register a trampoline must preserve and moves the thread to a new chunk
+/// (clearing `busy`).
+///
+/// # Safety
+/// Only the fast paths call it, with `busy` set by them.
+#[unsafe(naked)]
+pub unsafe extern "C" fn fntrace_fast_switch() {
+    super::tramp::saving_trampoline!([], [], [], [], entry = sym recorder::fast_chunk_switch)
+}
