@@ -136,6 +136,22 @@ fn fib_call_count_for_each_gcc_mechanism() {
         let (m, inc) = summary(&d.path().join("t.data"));
         assert_eq!(calls(&m, "fib"), 21891, "{name}: {m:?}");
         assert_eq!(inc, 0, "{name}");
+        // The runtime injected without recording (no FNTRACE_OUTPUT):
+        // the program runs as without it. (Once crashed for
+        // -finstrument-functions: a thread that never attached looked
+        // attached to "no session".)
+        let out = Command::new(&bin)
+            .arg("20")
+            .env("LD_PRELOAD", preload())
+            .env_remove("FNTRACE_OUTPUT")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name} not recording: {:?}",
+            out.status
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "6765\n", "{name}");
     }
 }
 

@@ -435,7 +435,8 @@ pub(crate) fn record_site_entry(
 ) -> u8 {
     let t = state();
     let sid = SESSION.load(Ordering::Relaxed);
-    if t.session != sid || t.busy {
+    // A thread that never attached has session 0, like "no session".
+    if t.session != sid || sid == 0 || t.busy {
         return entry_slow(t, site, self_type);
     }
     let feat = filter::features();
@@ -615,7 +616,8 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64, regs: *const u64
         return;
     }
     let sid = SESSION.load(Ordering::Relaxed);
-    if (t.session != sid || t.busy) && !attach_slow(t) {
+    // A thread that never attached has session 0, like "no session".
+    if (t.session != sid || sid == 0 || t.busy) && !attach_slow(t) {
         return;
     }
     t.busy = true;
@@ -768,6 +770,7 @@ pub fn explicit_entry(func: u64, call_site: u64) {
     // room on the shadow stack.
     if feat == 0
         && !t.busy
+        && t.session != 0
         && t.session == SESSION.load(Ordering::Relaxed)
         && t.shadow.len < shadow::CAPACITY
         && t.shadow.is_reserved()
@@ -794,7 +797,8 @@ fn explicit_entry_slow(t: &mut ThreadState, func: u64, call_site: u64, feat: u32
         return;
     }
     let sid = SESSION.load(Ordering::Relaxed);
-    if (t.session != sid || t.busy) && !attach_slow(t) {
+    // A thread that never attached has session 0, like "no session".
+    if (t.session != sid || sid == 0 || t.busy) && !attach_slow(t) {
         return;
     }
     t.busy = true;
@@ -1948,5 +1952,17 @@ mod fast_tests {
         assert!(fast > deltas.len() * prevs.len() / 2, "{fast}");
         finish();
         let _ = std::fs::remove_file(&path);
+        // With no session, a thread that never attached (session 0, like
+        // the current one) must not take the fast path: it has no chunk.
+        std::thread::spawn(move || {
+            // SAFETY: the hooks take any function address.
+            unsafe {
+                crate::hooks::tramp::__cyg_profile_func_enter(func as *mut u8, ptr::null_mut());
+                crate::hooks::tramp::__cyg_profile_func_exit(func as *mut u8, ptr::null_mut());
+            }
+            probe();
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -130,9 +130,10 @@ macro_rules! fast_pop_args {
 }
 pub(crate) use {fast_pop_args, fast_push_args};
 
-/// The thread state into r11 and the checks every fast path makes: the
-/// thread is attached to the current session, no hot-path feature is on,
-/// the thread is not inside the recorder. Jumps to `89f` otherwise.
+/// The thread state into r11 and the checks every fast path makes: a
+/// session is active (a thread that never attached has session 0 too),
+/// the thread is attached to it, no hot-path feature is on, the thread is
+/// not inside the recorder. Jumps to `89f` otherwise.
 /// Operands: `session` (`recorder::SESSION`), `features`
 /// (`filter::FEATURES`).
 macro_rules! fast_checks {
@@ -141,6 +142,8 @@ macro_rules! fast_checks {
             "mov r11, qword ptr fs:[0]\n",
             "add r11, qword ptr [rip + fntrace_thread_state@GOTTPOFF]\n",
             "mov eax, dword ptr [rip + {session}]\n",
+            "test eax, eax\n",
+            "jz 89f\n",
             "cmp dword ptr [r11 + ",
             $crate::hooks::fast::t_session!(),
             "], eax\n",
@@ -323,16 +326,17 @@ macro_rules! fast_tail {
 }
 pub(crate) use fast_tail;
 
-/// The entry fast path: `$func` loads the function key into r8 (it may
-/// jump to `89f`); `$hook` is empty for explicit-exit mechanisms (XRay)
+/// The entry fast path: `$push` saves what it must of rax, rdx, rcx, rsi,
+/// r8, r9 and r11 (usually [`fast_push_args!`]), `$func` loads the
+/// function key into r8 (it may jump to `89f`); `$hook` is empty for explicit-exit mechanisms (XRay)
 /// or `fast_hijack!(...)` for entries whose exit is taken over; `$done`
 /// and `$bail` as in [`fast_tail!`] (the pushed registers are still on
 /// the stack at both). Operands: `session`, `features`, `switch` and
 /// those of `$func`/`$hook`.
 macro_rules! fast_entry {
-    ($func:expr, $restored_check:expr, $frame:expr, $done:expr, $bail:expr) => {
+    ($push:expr, $func:expr, $restored_check:expr, $frame:expr, $done:expr, $bail:expr) => {
         concat!(
-            $crate::hooks::fast::fast_push_args!(),
+            $push,
             $func,
             $crate::hooks::fast::fast_checks!(),
             $restored_check,

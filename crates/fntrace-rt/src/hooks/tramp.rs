@@ -145,6 +145,7 @@ macro_rules! entry_trampoline {
                 "jne 3f",
                 "1:",
                 super::fast::fast_entry!(
+                    super::fast::fast_push_args!(),
                     $fast_func,
                     super::fast::check_restored!(),
                     super::fast::frame_hijack!($fast_slot),
@@ -342,6 +343,7 @@ pub unsafe extern "C" fn fntrace_site_entry() {
             // stored 27 bytes after our return address, its slot is above
             // that return address.
             super::fast::fast_entry!(
+                super::fast::fast_push_args!(),
                 "mov r8, qword ptr [rsp + 56]\nmov r8, qword ptr [r8 + 27]\n",
                 super::fast::check_restored!(),
                 super::fast::frame_hijack!("lea r9, [rsp + 64]\n"),
@@ -415,14 +417,57 @@ pub unsafe extern "C" fn fntrace_exit_trampoline() {
     )
 }
 
-/// `-finstrument-functions` entry hook.
+/// `-finstrument-functions` entry hook: an ordinary C call, so every
+/// caller-saved register is free. The assembly fast path keeps only rsi
+/// (the call site, which counting mode needs); anything it does not handle
+/// goes to [`cyg_enter`] with both arguments intact.
+///
+/// # Safety
+/// Called by `-finstrument-functions` code with the function's address.
+#[unsafe(naked)]
 #[unsafe(no_mangle)]
-pub extern "C" fn __cyg_profile_func_enter(this_fn: *mut u8, call_site: *mut u8) {
+pub unsafe extern "C" fn __cyg_profile_func_enter(_this_fn: *mut u8, _call_site: *mut u8) {
+    core::arch::naked_asm!(
+        super::fast::fast_entry!(
+            "push rsi\n",
+            "mov r8, rdi\n",
+            "",
+            super::fast::frame_explicit!(),
+            "pop rsi\nret\n",
+            "pop rsi\n"
+        ),
+        "jmp {slow}",
+        session = sym recorder::SESSION,
+        features = sym crate::filter::FEATURES,
+        switch = sym super::fast::fntrace_fast_switch,
+        slow = sym cyg_enter,
+    )
+}
+
+/// Rust side of [`__cyg_profile_func_enter`].
+extern "C" fn cyg_enter(this_fn: *mut u8, call_site: *mut u8) {
     recorder::explicit_entry(this_fn as u64, call_site as u64)
 }
 
-/// `-finstrument-functions` exit hook.
+/// `-finstrument-functions` exit hook (the assembly fast path, then
+/// [`cyg_exit`]; rdi is kept).
+///
+/// # Safety
+/// Called by `-finstrument-functions` code with the function's address.
+#[unsafe(naked)]
 #[unsafe(no_mangle)]
-pub extern "C" fn __cyg_profile_func_exit(this_fn: *mut u8, _call_site: *mut u8) {
+pub unsafe extern "C" fn __cyg_profile_func_exit(_this_fn: *mut u8, _call_site: *mut u8) {
+    core::arch::naked_asm!(
+        super::fast::fast_exit!("", "mov r8, rdi\n", "ret\n", ""),
+        "jmp {slow}",
+        session = sym recorder::SESSION,
+        features = sym crate::filter::FEATURES,
+        switch = sym super::fast::fntrace_fast_switch,
+        slow = sym cyg_exit,
+    )
+}
+
+/// Rust side of [`__cyg_profile_func_exit`].
+extern "C" fn cyg_exit(this_fn: *mut u8, _call_site: *mut u8) {
     recorder::explicit_exit(this_fn as u64)
 }

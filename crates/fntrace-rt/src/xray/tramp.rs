@@ -130,6 +130,7 @@ macro_rules! call_trampoline {
             @ $kind,
             $dispatch,
             crate::hooks::fast::fast_entry!(
+                crate::hooks::fast::fast_push_args!(),
                 xray_func!(),
                 "",
                 crate::hooks::fast::frame_explicit!(),
