@@ -28,19 +28,21 @@ fn main() {
     let fentry = gcc(dir, "fib-fentry", &["-pg", "-mfentry"]);
     let cyg = gcc(dir, "fib-cyg", &["-finstrument-functions"]);
     let data = dir.join("t.data");
-    let traced = |bin: &Path, count: bool| {
+    let traced_env = |bin: &Path, count: bool, env: &'static [(&'static str, &'static str)]| {
         let (bin, preload, data) = (bin.to_path_buf(), preload.clone(), data.clone());
         move || {
             let mut c = Command::new(&bin);
             c.arg(N)
                 .env("LD_PRELOAD", &preload)
-                .env("FNTRACE_OUTPUT", &data);
+                .env("FNTRACE_OUTPUT", &data)
+                .envs(env.iter().copied());
             if count {
                 c.env("FNTRACE_COUNT", "1");
             }
             c
         }
     };
+    let traced = |bin: &Path, count: bool| traced_env(bin, count, &[]);
     let plain_t = best(dir, || {
         let mut c = Command::new(&plain);
         c.arg(N);
@@ -69,12 +71,18 @@ fn main() {
         });
         rows.push(("uftrace record (-pg)".into(), t, Some(size(&ud) as f64)));
     }
-    for (name, bin) in [
-        ("-pg", &pg),
-        ("-pg -mfentry", &fentry),
-        ("-finstrument-functions", &cyg),
+    // `-pg -mfentry` twice: as fntrace records it by default (the calls
+    // rewritten into patchable sites with call wrappers) and with
+    // `FNTRACE_FENTRY=call` (the calls kept, exits by return-address
+    // hijacking, like mcount).
+    let keep: &'static [(&'static str, &'static str)] = &[("FNTRACE_FENTRY", "call")];
+    for (name, bin, env) in [
+        ("-pg", &pg, &[][..]),
+        ("-pg -mfentry", &fentry, &[][..]),
+        ("-pg -mfentry, FNTRACE_FENTRY=call", &fentry, keep),
+        ("-finstrument-functions", &cyg, &[][..]),
     ] {
-        let t = best(dir, traced(bin, false));
+        let t = best(dir, traced_env(bin, false, env));
         rows.push((
             format!("fntrace timed ({name})"),
             t,

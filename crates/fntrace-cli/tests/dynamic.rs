@@ -157,11 +157,29 @@ fn record_live(
     BufReader<std::process::ChildStdout>,
     u32,
 ) {
+    record_live_with(data, &[select, "^hot_a$"], &[], bin)
+}
+
+/// `fntrace record -o DATA OPTS -- BIN` on live.c with the environment
+/// `env` added, as [`record_live`].
+fn record_live_with(
+    data: &Path,
+    opts: &[&str],
+    env: &[(&str, &str)],
+    bin: &Path,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    BufReader<std::process::ChildStdout>,
+    u32,
+) {
     let mut child = Command::new(fntrace_bin())
         .args(["record", "-o"])
         .arg(data)
-        .args([select, "^hot_a$", "--"])
+        .args(opts)
+        .arg("--")
         .arg(bin)
+        .envs(env.iter().copied())
         .env("FNTRACE_PRELOAD", preload())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -226,6 +244,69 @@ fn is_nop_entry(b: &[u8]) -> bool {
         || b[..5] == [0x0f, 0x1f, 0x44, 0x00, 0x00]
         || b[..2] == [0x90, 0x90]
         || b[..2] == [0x66, 0x90]
+}
+
+#[test]
+fn fentry_calls_become_switchable_sites() {
+    let d = tempfile::tempdir().unwrap();
+    let modes: [(&str, &[&str]); 3] = [
+        ("fentry", &["-pg", "-mfentry"]),
+        ("fentry-nopie", &["-pg", "-mfentry", "-no-pie", "-fno-pie"]),
+        ("fentry-cet", &["-pg", "-mfentry", "-fcf-protection=full"]),
+    ];
+    for (name, flags) in modes {
+        let bin = gcc(d.path(), &format!("{SRC}/live.c"), name, flags);
+        let data = d.path().join("t.data");
+        // Recorded without -F/-N: every `call __fentry__` was rewritten
+        // into a site, switched on (a jump to the function's wrapper).
+        let (mut child, mut w, mut r, pid) = record_live_with(&data, &[], &[], &bin);
+        round(&mut w, &mut r);
+        for f in ["hot_a", "hot_b", "main"] {
+            let b = entry_bytes(pid, &bin, f);
+            assert_eq!(b[0], 0xe9, "{name}: {f} not switched on: {b:02x?}");
+        }
+        // fntrace live switches one off: its entry becomes a NOP and its
+        // calls are no longer recorded.
+        let o = Command::new(fntrace_bin())
+            .args(["live", &pid.to_string(), "disable", "^hot_b$"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{name}: {out} {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(out.contains("ok 1 functions disabled"), "{name}: {out}");
+        let b = entry_bytes(pid, &bin, "hot_b");
+        assert!(is_nop_entry(&b), "{name}: hot_b still on: {b:02x?}");
+        round(&mut w, &mut r);
+        drop(w);
+        assert!(child.wait().unwrap().success());
+        let c = calls(&data);
+        assert_eq!(c.get("hot_a").copied(), Some(2000), "{name}: {c:?}");
+        assert_eq!(c.get("hot_b").copied(), Some(1000), "{name}: {c:?}");
+        assert_eq!(c.get("main").copied(), Some(1), "{name}: {c:?}");
+        // FNTRACE_FENTRY=call keeps the calls (return-address hijacking).
+        let (mut child, mut w, mut r, pid) =
+            record_live_with(&data, &[], &[("FNTRACE_FENTRY", "call")], &bin);
+        round(&mut w, &mut r);
+        let b = entry_bytes(pid, &bin, "hot_a");
+        assert!(b[0] == 0xe8 || b[..2] == [0xff, 0x15], "{name}: {b:02x?}");
+        drop(w);
+        assert!(child.wait().unwrap().success());
+        assert_eq!(calls(&data).get("hot_a").copied(), Some(1000), "{name}");
+        // With -F the calls stay too (-F keeps its region semantics there).
+        let (mut child, mut w, mut r, pid) = record_live(&data, "-F", &bin);
+        round(&mut w, &mut r);
+        let b = entry_bytes(pid, &bin, "hot_b");
+        assert!(b[0] == 0xe8 || b[..2] == [0xff, 0x15], "{name}: {b:02x?}");
+        drop(w);
+        assert!(child.wait().unwrap().success());
+        let c = calls(&data);
+        assert_eq!(c.get("hot_a").copied(), Some(1000), "{name}: {c:?}");
+        assert_eq!(c.get("hot_b"), None, "{name}: {c:?}");
+    }
 }
 
 #[test]

@@ -49,14 +49,22 @@ fn run_plain(bin: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Runs under `fntrace record -o DIR/t.data`; returns stdout.
+/// Runs under `fntrace record -o DIR/t.data`; returns stdout. A binary
+/// whose name contains "hijack" (the `fentry-hijack` mode) runs with
+/// `FNTRACE_FENTRY=call`: its `__fentry__` calls stay calls, whose exits
+/// are seen by return-address hijacking, instead of being rewritten into
+/// patchable sites.
 fn run_traced(dir: &Path, bin: &Path, args: &[&str]) -> String {
+    let hijack = bin
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().contains("hijack"));
     let out = Command::new(fntrace_bin())
         .args(["record", "-o"])
         .arg(dir.join("t.data"))
         .arg("--")
         .arg(bin)
         .args(args)
+        .env("FNTRACE_FENTRY", if hijack { "call" } else { "" })
         .env("FNTRACE_PRELOAD", preload())
         .output()
         .unwrap();
@@ -95,7 +103,7 @@ fn calls(m: &HashMap<String, u64>, f: &str) -> u64 {
 
 /// Every C mechanism: the compiler hooks and the patchable entries fntrace
 /// switches on (the same guarantees hold for both).
-const C_MODES: [(&str, &[&str]); 8] = [
+const C_MODES: [(&str, &[&str]); 9] = [
     ("pg", &["-pg"]),
     ("pg-nopie", &["-pg", "-no-pie", "-fno-pie"]),
     ("fentry", &["-pg", "-mfentry"]),
@@ -117,6 +125,8 @@ const C_MODES: [(&str, &[&str]); 8] = [
             "-fno-pie",
         ],
     ),
+    // `-pg -mfentry` with the calls kept (see `run_traced`).
+    ("fentry-hijack", &["-pg", "-mfentry"]),
 ];
 
 #[test]

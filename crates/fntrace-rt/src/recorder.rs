@@ -1793,6 +1793,12 @@ fn init_from_env_once() {
     });
 }
 
+/// `FNTRACE_FENTRY=call`: keep `gcc -pg -mfentry`'s `call __fentry__`
+/// (return-address hijacking) instead of rewriting it into patchable
+/// sites.
+#[cfg(feature = "compiler-hooks")]
+pub const ENV_FENTRY: &str = "FNTRACE_FENTRY";
+
 /// Switches on the patchable sites `-F`/`-N` select (all without `-F`)
 /// and starts the control socket if asked. With patchable sites the
 /// selection is what is patched, so the recording-time region filters
@@ -1811,6 +1817,15 @@ fn start_dynamic() {
     let mut trace = lines(filter::ENV_FILTER);
     trace.extend(lines(crate::xray::api::ENV_PATCH));
     let notrace = lines(filter::ENV_NOTRACE);
+    // `call __fentry__` becomes a patchable site (call wrappers instead of
+    // a hijacked return) unless `-F`/`-N` ask for their region semantics,
+    // counting mode wants its own fast path, or `FNTRACE_FENTRY=call`.
+    crate::dynamic::set_convert_fentry(
+        trace.is_empty()
+            && notrace.is_empty()
+            && filter::features() & filter::FEAT_COUNT == 0
+            && std::env::var_os(ENV_FENTRY).is_none_or(|v| v != "call"),
+    );
     match crate::dynamic::start(&trace, &notrace) {
         Ok(_) => {
             if crate::dynamic::site_counts().0 > 0 {

@@ -102,9 +102,37 @@ fn read_addrs(addr: u64, size: u64) -> Vec<u64> {
         .collect()
 }
 
-/// Finds the sites of one object (by its ELF sections, read from memory).
-fn discover(path: &std::path::Path, bias: u64) -> Option<(Vec<u64>, Vec<u64>)> {
-    use object::{Object as _, ObjectSection};
+/// Whether `call __fentry__` sites are rewritten into patchable sites
+/// (see [`set_convert_fentry`]).
+static CONVERT_FENTRY: AtomicBool = AtomicBool::new(false);
+
+/// Asks scans to rewrite `call __fentry__` at function starts (`gcc -pg
+/// -mfentry`) into 5-byte NOP sites that jump to call wrappers when on:
+/// the recorded exit then needs no hijacked return address, and the
+/// functions can be switched with `fntrace live`. Only done where one-byte
+/// NOP runs may be rewritten (before a second thread exists, or in an
+/// object just loaded); elsewhere the calls stay and `__fentry__` handles
+/// them. The recorder turns it on when recording starts without
+/// `-F`/`-N` (whose region semantics need the native calls) and outside
+/// counting mode, unless `FNTRACE_FENTRY=call`.
+pub fn set_convert_fentry(on: bool) {
+    CONVERT_FENTRY.store(on, Ordering::Release);
+}
+
+/// What [`discover`] finds in one object.
+struct Found {
+    /// Listed entries (`__patchable_function_entries`, `__mcount_loc`).
+    entries: Vec<u64>,
+    /// `#[instrument_fn = "off"]` functions.
+    off: Vec<u64>,
+    /// GOT slots bound to `__fentry__` (sorted), when converting.
+    fentry_slots: Vec<u64>,
+}
+
+/// Finds the sites of one object (by its ELF sections, read from memory,
+/// and the GOT slots of `__fentry__` from its dynamic relocations).
+fn discover(path: &std::path::Path, bias: u64) -> Option<Found> {
+    use object::{Object as _, ObjectSection, ObjectSymbol, ObjectSymbolTable};
     let map = crate::procinfo::FileMap::open(path)?;
     let obj = object::File::parse(map.as_slice()).ok()?;
     let mut entries = vec![];
@@ -113,7 +141,22 @@ fn discover(path: &std::path::Path, bias: u64) -> Option<(Vec<u64>, Vec<u64>)> {
             entries.extend(read_addrs(sec.address().wrapping_add(bias), sec.size()));
         }
     }
-    if entries.is_empty() {
+    let mut fentry_slots = vec![];
+    if CONVERT_FENTRY.load(Ordering::Acquire) {
+        if let (Some(relocs), Some(dynsym)) =
+            (obj.dynamic_relocations(), obj.dynamic_symbol_table())
+        {
+            for (offset, r) in relocs {
+                if let object::RelocationTarget::Symbol(i) = r.target() {
+                    if dynsym.symbol_by_index(i).and_then(|s| s.name()) == Ok("__fentry__") {
+                        fentry_slots.push(offset.wrapping_add(bias));
+                    }
+                }
+            }
+        }
+        fentry_slots.sort_unstable();
+    }
+    if entries.is_empty() && fentry_slots.is_empty() {
         return None;
     }
     let off = obj
@@ -122,7 +165,11 @@ fn discover(path: &std::path::Path, bias: u64) -> Option<(Vec<u64>, Vec<u64>)> {
         .unwrap_or_default();
     entries.sort_unstable();
     entries.dedup();
-    Some((entries, off))
+    Some(Found {
+        entries,
+        off,
+        fentry_slots,
+    })
 }
 
 /// Reads code for classification.
@@ -167,13 +214,19 @@ fn scan_locked(reg: &mut Registry) -> Changed {
         {
             continue;
         }
-        let Some((entries, off)) = discover(&path, bias) else {
+        let Some(Found {
+            entries,
+            off,
+            fentry_slots,
+        }) = discover(&path, bias)
+        else {
             reg.none.push((start, path));
             continue;
         };
         let names = crate::filter::module_functions(&path, bias);
         let mut found = vec![];
         let mut skipped: Vec<String> = vec![];
+        let mut calls = vec![];
         for e in entries {
             let k = names.partition_point(|n| n.0 < e);
             let next = names.get(k).map(|n| n.0);
@@ -184,9 +237,42 @@ fn scan_locked(reg: &mut Registry) -> Changed {
                     )
                 }
                 Ok(s) => found.push(s),
-                Err(Skip::Native) => {}
+                // A real call (`-mrecord-mcount` without `-mnop-mcount`).
+                Err(Skip::Native) => calls.push(e),
                 Err(Skip::Unsupported(why)) => skipped.push(why),
             }
+        }
+        // `call __fentry__` at function starts: the listed calls and every
+        // named function (the code read stays inside the object).
+        if !fentry_slots.is_empty() && *may_fix.get_or_insert_with(single_threaded) {
+            let end = start + size;
+            let starts = calls
+                .iter()
+                .map(|&e| {
+                    if e >= start + 4 && read_code(e - 4, 4) == sites::ENDBR64 {
+                        e - 4
+                    } else {
+                        e
+                    }
+                })
+                .chain(names.iter().map(|n| n.0))
+                .filter(|&f| f >= start && f + 32 <= end);
+            let code = |a: u64, n: usize| {
+                if a >= start && a + n as u64 <= end {
+                    read_code(a, n)
+                } else {
+                    vec![]
+                }
+            };
+            let mut have: Vec<u64> = found.iter().map(|s| s.addr).collect();
+            have.sort_unstable();
+            let mut extra: Vec<Site> = starts
+                .filter_map(|f| sites::fentry_call(f, &code, &fentry_slots))
+                .filter(|s| have.binary_search(&s.addr).is_err())
+                .collect();
+            extra.sort_by_key(|s| s.addr);
+            extra.dedup_by_key(|s| s.addr);
+            found.extend(extra);
         }
         if !skipped.is_empty() {
             eprintln!(
@@ -244,22 +330,35 @@ fn scan_locked(reg: &mut Registry) -> Changed {
 fn fix_up(found: &[Site], path: &std::path::Path) -> Result<(), String> {
     let ranges: Vec<(u64, u64)> = found
         .iter()
-        .filter(|s| s.fixup.is_some())
-        .map(|s| (s.addr, 5))
+        .filter_map(|s| match s.fixup? {
+            Fixup::Call6 => Some((s.addr, 6)),
+            _ => Some((s.addr, 5)),
+        })
         .collect();
     if ranges.is_empty() {
         return Ok(());
     }
     let _w = text::Writable::open(&ranges, &path.display().to_string())?;
     for s in found {
+        let call6 = [
+            int3::NOP5[0],
+            int3::NOP5[1],
+            int3::NOP5[2],
+            int3::NOP5[3],
+            int3::NOP5[4],
+            0x90,
+        ];
         let bytes: &[u8] = match s.fixup {
-            Some(Fixup::Nop5) => &int3::NOP5,
+            Some(Fixup::Nop5 | Fixup::Call5) => &int3::NOP5,
+            Some(Fixup::Call6) => &call6,
             Some(Fixup::Nop2) => &sites::PREFIX_OFF,
             None => continue,
         };
         // SAFETY: the pages are writable (`_w`) and no other thread can be
-        // inside these NOP runs (the caller checked), so no thread decodes
-        // the bytes while they change; the new bytes are NOPs too.
+        // inside these NOP runs or calls (the caller checked: one thread,
+        // or an object just loaded), so no thread decodes the bytes while
+        // they change. The new bytes keep every instruction boundary a
+        // thread could return to (after a 5- or 6-byte call).
         unsafe { text::write_bytes(s.addr, bytes) };
     }
     Ok(())

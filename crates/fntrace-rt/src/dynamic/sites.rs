@@ -23,6 +23,12 @@
 //! Runs of one-byte NOPs (what gcc emits) are neither: a thread may be
 //! stopped between two of them. They are rewritten into one of the two
 //! layouts ([`Fixup`]) only while no other thread can be inside them.
+//!
+//! `call __fentry__` at a function's start (`gcc -pg -mfentry`, found by
+//! [`fentry_call`]) is rewritten the same way, into a 5-byte NOP site
+//! (plus a one-byte NOP after it for the 6-byte GOT form), so that a
+//! recorded `-mfentry` build goes through call wrappers instead of a
+//! hijacked return address, and can be switched like any patchable site.
 
 use crate::patch::int3::NOP5;
 
@@ -50,6 +56,12 @@ pub enum Fixup {
     Nop5,
     /// Write `66 90` at the site.
     Nop2,
+    /// Replace a 5-byte `call __fentry__` (`e8`, to a PLT entry) by
+    /// [`NOP5`].
+    Call5,
+    /// Replace a 6-byte `call *__fentry__@GOTPCREL(%rip)` (`ff 15`) by
+    /// [`NOP5`] and a one-byte NOP (the body then starts at that NOP).
+    Call6,
 }
 
 /// One site, classified.
@@ -147,6 +159,47 @@ pub fn classify(
         "{} NOP bytes at the entry (5 are needed)",
         nops
     )))
+}
+
+/// The GOT slot a PLT entry at `plt` jumps through: `ff 25 <disp32>`, or
+/// with CET `f2 ff 25 <disp32>` (`bnd jmp`), possibly behind `endbr64`
+/// (`.plt.sec`).
+fn plt_slot(plt: u64, code: &dyn Fn(u64, usize) -> Vec<u8>) -> Option<u64> {
+    let b = code(plt, 11);
+    let (at, op) = match b.as_slice() {
+        [0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, ..] => (plt + 4, 3),
+        [0xf2, 0xff, 0x25, ..] => (plt, 3),
+        [0xff, 0x25, ..] => (plt, 2),
+        _ => return None,
+    };
+    let o = (at - plt) as usize + op;
+    let disp = i32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?);
+    Some((at + op as u64 + 4).wrapping_add(disp as i64 as u64))
+}
+
+/// A `call __fentry__` as the first instruction of the function at `func`
+/// (after an `endbr64`, if any), as `gcc -pg -mfentry` emits it: `ff 15
+/// <disp32>` through a GOT slot (PIE), or `e8 <rel32>` to a PLT entry that
+/// jumps through one. `slots`: the sorted GOT slots bound to `__fentry__`
+/// (its `GLOB_DAT` and `JUMP_SLOT` relocations). Returns the site that
+/// replaces the call (a 5-byte NOP site once fixed up).
+pub fn fentry_call(func: u64, code: &dyn Fn(u64, usize) -> Vec<u8>, slots: &[u64]) -> Option<Site> {
+    let endbr = code(func, 4) == ENDBR64;
+    let at = if endbr { func + 4 } else { func };
+    let b = code(at, 6);
+    let rel = |o: usize| i32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as i64 as u64;
+    let (slot, fixup) = match b.as_slice() {
+        [0xff, 0x15, ..] => ((at + 6).wrapping_add(rel(2)), Fixup::Call6),
+        [0xe8, ..] => (plt_slot((at + 5).wrapping_add(rel(1)), code)?, Fixup::Call5),
+        _ => return None,
+    };
+    slots.binary_search(&slot).ok()?;
+    Some(Site {
+        addr: at,
+        func,
+        layout: Layout::Nop5 { endbr },
+        fixup: Some(fixup),
+    })
 }
 
 /// The bytes of a `jmp rel32` at `at` to `target` (within ±2 GiB).
@@ -261,5 +314,47 @@ mod tests {
             classify(0x1000, &mem(0x1000, b), Some(0x1004)),
             Err(Skip::Unsupported(m)) if m.contains("prefix")
         ));
+    }
+
+    #[test]
+    fn fentry_calls_through_the_got_and_the_plt() {
+        // PIE: endbr64; call *0x2da6(%rip) -> slot 0x1004 + 6 + 0x2da6.
+        let mut b = ENDBR64.to_vec();
+        b.extend([0xff, 0x15, 0xa6, 0x2d, 0, 0, 0x55]);
+        let slot = 0x100a + 0x2da6;
+        let s = fentry_call(0x1000, &mem(0x1000, b.clone()), &[slot]).unwrap();
+        assert_eq!(
+            (s.addr, s.func, s.layout, s.fixup),
+            (
+                0x1004,
+                0x1000,
+                Layout::Nop5 { endbr: true },
+                Some(Fixup::Call6)
+            )
+        );
+        // Another slot: not `__fentry__`.
+        assert!(fentry_call(0x1000, &mem(0x1000, b), &[slot + 8]).is_none());
+        // Non-PIE: call rel32 to a PLT entry `ff 25 <disp>` at 0x0f80.
+        let mut code = vec![0xcc; 0x100];
+        code[0x80..0x86].copy_from_slice(&[0xff, 0x25, 0xa2, 0x2f, 0, 0]);
+        let rel = (0x0f80i64 - 0x1005) as i32;
+        code.extend([0xe8]);
+        code.extend(rel.to_le_bytes());
+        code.push(0x55);
+        let m = mem(0x0f00, code.clone());
+        let slot = 0x0f86 + 0x2fa2;
+        let s = fentry_call(0x1000, &m, &[1, slot, u64::MAX]).unwrap();
+        assert_eq!(
+            (s.addr, s.layout, s.fixup),
+            (0x1000, Layout::Nop5 { endbr: false }, Some(Fixup::Call5))
+        );
+        assert!(fentry_call(0x1000, &m, &[slot - 1]).is_none());
+        // CET PLT (`.plt.sec`): endbr64; bnd jmp *disp(%rip).
+        code[0x80..0x8b]
+            .copy_from_slice(&[0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, 0x10, 0, 0, 0]);
+        let s = fentry_call(0x1000, &mem(0x0f00, code), &[0x0f8b + 0x10]);
+        assert_eq!(s.map(|s| s.fixup), Some(Some(Fixup::Call5)));
+        // Anything else at the entry.
+        assert!(fentry_call(0x1000, &mem(0x1000, vec![0x55, 0xc3]), &[0]).is_none());
     }
 }
