@@ -73,13 +73,13 @@ fn main() {
     }
     // `-pg -mfentry` twice: as fntrace records it by default (the calls
     // rewritten into patchable sites with call wrappers) and with
-    // `FNTRACE_FENTRY=call` (the calls kept, exits by return-address
+    // `FNTRACE_KEEP_CALLS=1` (the calls kept, exits by return-address
     // hijacking, like mcount).
-    let keep: &'static [(&'static str, &'static str)] = &[("FNTRACE_FENTRY", "call")];
+    let keep: &'static [(&'static str, &'static str)] = &[("FNTRACE_KEEP_CALLS", "1")];
     for (name, bin, env) in [
         ("-pg", &pg, &[][..]),
         ("-pg -mfentry", &fentry, &[][..]),
-        ("-pg -mfentry, FNTRACE_FENTRY=call", &fentry, keep),
+        ("-pg -mfentry, FNTRACE_KEEP_CALLS=1", &fentry, keep),
         ("-finstrument-functions", &cyg, &[][..]),
     ] {
         let t = best(dir, traced_env(bin, false, env));

@@ -828,20 +828,20 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
         cmd.env(fntrace_rt::args::ENV_RETVAL, o.retval.join("\n"));
     }
     // The control socket, for code fntrace can patch while it runs. That
-    // includes `call __fentry__`, which the runtime rewrites into
-    // patchable sites when recording without -F/-N and outside counting
-    // mode (unless FNTRACE_FENTRY=call).
-    let fentry_sites = |i: &probe::Instrumentation| {
-        i.fentry
+    // includes `call mcount` and `call __fentry__`, which the runtime
+    // rewrites into patchable sites when recording without -F/-N and
+    // outside counting mode (unless FNTRACE_KEEP_CALLS=1).
+    let call_sites = |i: &probe::Instrumentation| {
+        (i.fentry || i.mcount)
             && o.filter.is_empty()
             && o.notrace.is_empty()
             && !o.count
-            && std::env::var_os("FNTRACE_FENTRY").is_none_or(|v| v != "call")
+            && std::env::var_os("FNTRACE_KEEP_CALLS").is_none_or(|v| v != "1")
     };
     let control = !o.no_control
         && ins
             .as_ref()
-            .is_some_and(|i| i.patchable_code() || fentry_sites(i));
+            .is_some_and(|i| i.patchable_code() || call_sites(i));
     if control {
         cmd.env(fntrace_rt::live::ENV_CONTROL, "1");
     }

@@ -247,14 +247,18 @@ fn is_nop_entry(b: &[u8]) -> bool {
 }
 
 #[test]
-fn fentry_calls_become_switchable_sites() {
+fn mcount_and_fentry_calls_become_switchable_sites() {
     let d = tempfile::tempdir().unwrap();
-    let modes: [(&str, &[&str]); 3] = [
+    let modes: [(&str, &[&str]); 6] = [
         ("fentry", &["-pg", "-mfentry"]),
         ("fentry-nopie", &["-pg", "-mfentry", "-no-pie", "-fno-pie"]),
         ("fentry-cet", &["-pg", "-mfentry", "-fcf-protection=full"]),
+        ("mcount", &["-pg"]),
+        ("mcount-nopie", &["-pg", "-no-pie", "-fno-pie"]),
+        ("mcount-cet", &["-pg", "-fcf-protection=full"]),
     ];
     for (name, flags) in modes {
+        let mcount = name.starts_with("mcount");
         let bin = gcc(d.path(), &format!("{SRC}/live.c"), name, flags);
         let data = d.path().join("t.data");
         // Recorded without -F/-N: every `call __fentry__` was rewritten
@@ -264,6 +268,14 @@ fn fentry_calls_become_switchable_sites() {
         for f in ["hot_a", "hot_b", "main"] {
             let b = entry_bytes(pid, &bin, f);
             assert_eq!(b[0], 0xe9, "{name}: {f} not switched on: {b:02x?}");
+        }
+        // Wrappers and stubs are mapped near the code, but never near
+        // address 0 (a non-PIE program sits at 4 MiB; null pointers must
+        // keep faulting even when the program runs as root).
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        for l in maps.lines() {
+            let lo = u64::from_str_radix(l.split('-').next().unwrap(), 16).unwrap();
+            assert!(lo >= 1 << 20, "{name}: mapping near 0: {l}");
         }
         // fntrace live switches one off: its entry becomes a NOP and its
         // calls are no longer recorded.
@@ -279,7 +291,17 @@ fn fentry_calls_become_switchable_sites() {
         );
         assert!(out.contains("ok 1 functions disabled"), "{name}: {out}");
         let b = entry_bytes(pid, &bin, "hot_b");
-        assert!(is_nop_entry(&b), "{name}: hot_b still on: {b:02x?}");
+        if mcount {
+            // Off, an mcount function jumps to its moved prologue instead
+            // of its wrapper.
+            let a = entry_bytes(pid, &bin, "hot_a");
+            assert!(
+                b[0] == 0xe9 && a[1..5] != b[1..5],
+                "{name}: {a:02x?} {b:02x?}"
+            );
+        } else {
+            assert!(is_nop_entry(&b), "{name}: hot_b still on: {b:02x?}");
+        }
         round(&mut w, &mut r);
         drop(w);
         assert!(child.wait().unwrap().success());
@@ -287,12 +309,19 @@ fn fentry_calls_become_switchable_sites() {
         assert_eq!(c.get("hot_a").copied(), Some(2000), "{name}: {c:?}");
         assert_eq!(c.get("hot_b").copied(), Some(1000), "{name}: {c:?}");
         assert_eq!(c.get("main").copied(), Some(1), "{name}: {c:?}");
-        // FNTRACE_FENTRY=call keeps the calls (return-address hijacking).
+        // FNTRACE_KEEP_CALLS=1 keeps the calls (return-address hijacking).
         let (mut child, mut w, mut r, pid) =
-            record_live_with(&data, &[], &[("FNTRACE_FENTRY", "call")], &bin);
+            record_live_with(&data, &[], &[("FNTRACE_KEEP_CALLS", "1")], &bin);
         round(&mut w, &mut r);
         let b = entry_bytes(pid, &bin, "hot_a");
-        assert!(b[0] == 0xe8 || b[..2] == [0xff, 0x15], "{name}: {b:02x?}");
+        let kept = |b: &[u8]| {
+            if mcount {
+                b[..4] == [0x55, 0x48, 0x89, 0xe5]
+            } else {
+                b[0] == 0xe8 || b[..2] == [0xff, 0x15]
+            }
+        };
+        assert!(kept(&b), "{name}: {b:02x?}");
         drop(w);
         assert!(child.wait().unwrap().success());
         assert_eq!(calls(&data).get("hot_a").copied(), Some(1000), "{name}");
@@ -300,7 +329,7 @@ fn fentry_calls_become_switchable_sites() {
         let (mut child, mut w, mut r, pid) = record_live(&data, "-F", &bin);
         round(&mut w, &mut r);
         let b = entry_bytes(pid, &bin, "hot_b");
-        assert!(b[0] == 0xe8 || b[..2] == [0xff, 0x15], "{name}: {b:02x?}");
+        assert!(kept(&b), "{name}: {b:02x?}");
         drop(w);
         assert!(child.wait().unwrap().success());
         let c = calls(&data);
@@ -312,7 +341,9 @@ fn fentry_calls_become_switchable_sites() {
 #[test]
 fn switching_10000_times_while_four_threads_run() {
     let d = tempfile::tempdir().unwrap();
-    for (name, flags) in GCC_MODES {
+    // Also gcc -pg and -pg -mfentry, whose calls fntrace rewrote into sites.
+    let hooks: [(&str, &[&str]); 2] = [("mcount", &["-pg"]), ("fentry", &["-pg", "-mfentry"])];
+    for (name, flags) in GCC_MODES.into_iter().chain(hooks) {
         let bin = gcc(d.path(), &format!("{SRC}/stress.c"), name, flags);
         // The workers record as fast as they can while the switching
         // lasts; a size limit keeps the trace small enough to check (the

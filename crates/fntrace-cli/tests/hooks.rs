@@ -50,10 +50,10 @@ fn run_plain(bin: &Path, args: &[&str]) -> String {
 }
 
 /// Runs under `fntrace record -o DIR/t.data`; returns stdout. A binary
-/// whose name contains "hijack" (the `fentry-hijack` mode) runs with
-/// `FNTRACE_FENTRY=call`: its `__fentry__` calls stay calls, whose exits
-/// are seen by return-address hijacking, instead of being rewritten into
-/// patchable sites.
+/// whose name contains "hijack" (the `*-hijack` modes) runs with
+/// `FNTRACE_KEEP_CALLS=1`: its `mcount`/`__fentry__` calls stay calls,
+/// whose exits are seen by return-address hijacking, instead of being
+/// rewritten into patchable sites.
 fn run_traced(dir: &Path, bin: &Path, args: &[&str]) -> String {
     let hijack = bin
         .file_name()
@@ -64,7 +64,7 @@ fn run_traced(dir: &Path, bin: &Path, args: &[&str]) -> String {
         .arg("--")
         .arg(bin)
         .args(args)
-        .env("FNTRACE_FENTRY", if hijack { "call" } else { "" })
+        .env("FNTRACE_KEEP_CALLS", if hijack { "1" } else { "" })
         .env("FNTRACE_PRELOAD", preload())
         .output()
         .unwrap();
@@ -103,7 +103,7 @@ fn calls(m: &HashMap<String, u64>, f: &str) -> u64 {
 
 /// Every C mechanism: the compiler hooks and the patchable entries fntrace
 /// switches on (the same guarantees hold for both).
-const C_MODES: [(&str, &[&str]); 9] = [
+const C_MODES: [(&str, &[&str]); 10] = [
     ("pg", &["-pg"]),
     ("pg-nopie", &["-pg", "-no-pie", "-fno-pie"]),
     ("fentry", &["-pg", "-mfentry"]),
@@ -125,7 +125,10 @@ const C_MODES: [(&str, &[&str]); 9] = [
             "-fno-pie",
         ],
     ),
-    // `-pg -mfentry` with the calls kept (see `run_traced`).
+    // `-pg` and `-pg -mfentry` with the calls kept (see `run_traced`):
+    // exits by return-address hijacking (what -F/-N and counting mode
+    // use).
+    ("pg-hijack", &["-pg"]),
     ("fentry-hijack", &["-pg", "-mfentry"]),
 ];
 
@@ -527,8 +530,27 @@ fn srcline_from_dwarf_names_inlined_frames() {
         text.contains("outer() { /* ") && text.contains("inline_srcline.c:5 */"),
         "{text}"
     );
-    // -pg: mcount's address lies in atoi, inlined into main.
+    // -pg, calls kept (FNTRACE_KEEP_CALLS=1, see `run_traced`): the
+    // function is known by mcount's return address, which lies in atoi,
+    // inlined into main. (Rewritten into a site, the key is main's start,
+    // checked just below.)
     let bin = build(d.path(), "inline_srcline.c", "inl-pg", &["-pg"]);
+    assert_eq!(run_traced(d.path(), &bin, &["5"]), "17\n");
+    let out = Command::new(fntrace_bin())
+        .args(["replay", "--srcline"])
+        .arg(d.path().join("t.data"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let main = text
+        .lines()
+        .find(|l| l.contains("main() {"))
+        .expect("main line");
+    assert!(
+        main.contains("inline_srcline.c:6") && !main.contains("inlined"),
+        "{text}"
+    );
+    let bin = build(d.path(), "inline_srcline.c", "inl-pg-hijack", &["-pg"]);
     assert_eq!(run_traced(d.path(), &bin, &["5"]), "17\n");
     let out = Command::new(fntrace_bin())
         .args(["replay", "--srcline"])

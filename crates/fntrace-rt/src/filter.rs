@@ -140,6 +140,16 @@ pub(crate) fn demangle(name: &str) -> String {
 /// (start, end, demangled name), sorted by start; empty if the file cannot
 /// be read.
 pub(crate) fn module_functions(path: &std::path::Path, bias: u64) -> Vec<(u64, u64, String)> {
+    let mut v = module_symbols(path, bias);
+    for e in &mut v {
+        e.2 = demangle(&e.2);
+    }
+    v
+}
+
+/// [`module_functions`] with the names as the symbol tables spell them
+/// (demangling every symbol of a large program takes milliseconds).
+pub(crate) fn module_symbols(path: &std::path::Path, bias: u64) -> Vec<(u64, u64, String)> {
     use object::{Object, ObjectSymbol};
     let Some(map) = crate::procinfo::FileMap::open(path) else {
         return vec![];
@@ -154,7 +164,7 @@ pub(crate) fn module_functions(path: &std::path::Path, bias: u64) -> Vec<(u64, u
         }
         let Ok(name) = sym.name() else { continue };
         let s = sym.address().wrapping_add(bias);
-        out.push((s, s + sym.size().max(1), demangle(name)));
+        out.push((s, s + sym.size().max(1), name.to_string()));
     }
     out.sort_by_key(|e| e.0);
     out.dedup_by_key(|e| e.0);

@@ -1755,6 +1755,48 @@ fn preload_runtime_present() -> bool {
     !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"fntrace_preload_marker".as_ptr()) }.is_null()
 }
 
+/// Keeps an inherited profiling timer from killing the process while the
+/// runtime starts. A `gcc -pg` program that `exec`s keeps its
+/// `ITIMER_PROF` timer running into the new image, whose `SIGPROF`
+/// handler glibc installs only in the program's own start-up code, after
+/// ours: a tick during our start-up would find the default action and
+/// terminate the process. While the guard lives, `SIGPROF` is ignored (if
+/// its action was the default and the timer is armed); the default comes
+/// back when it is dropped. A lost tick only loses one histogram sample.
+struct ProfTimerGuard(bool);
+
+impl ProfTimerGuard {
+    fn new() -> ProfTimerGuard {
+        // SAFETY: getitimer and sigaction only read and write the local
+        // structures passed to them.
+        unsafe {
+            let mut t: libc::itimerval = core::mem::zeroed();
+            if libc::getitimer(libc::ITIMER_PROF, &mut t) != 0
+                || (t.it_value.tv_sec == 0 && t.it_value.tv_usec == 0)
+            {
+                return ProfTimerGuard(false);
+            }
+            let mut old: libc::sigaction = core::mem::zeroed();
+            if libc::sigaction(libc::SIGPROF, core::ptr::null(), &mut old) != 0
+                || old.sa_sigaction != libc::SIG_DFL
+            {
+                return ProfTimerGuard(false);
+            }
+            libc::signal(libc::SIGPROF, libc::SIG_IGN);
+        }
+        ProfTimerGuard(true)
+    }
+}
+
+impl Drop for ProfTimerGuard {
+    fn drop(&mut self) {
+        if self.0 {
+            // SAFETY: restores the default action we replaced.
+            unsafe { libc::signal(libc::SIGPROF, libc::SIG_DFL) };
+        }
+    }
+}
+
 fn init_from_env_once() {
     ENV_INIT.call_once(|| {
         let Some(path) = std::env::var_os(ENV_OUTPUT).filter(|p| !p.is_empty()) else {
@@ -1766,6 +1808,7 @@ fn init_from_env_once() {
             crate::markers::record::init_forwarded_from_env();
             return;
         }
+        let _prof = ProfTimerGuard::new();
         let mut opts = Options::new(PathBuf::from(path));
         if let Some(m) = std::env::var(ENV_MAX_SIZE)
             .ok()
@@ -1793,11 +1836,12 @@ fn init_from_env_once() {
     });
 }
 
-/// `FNTRACE_FENTRY=call`: keep `gcc -pg -mfentry`'s `call __fentry__`
-/// (return-address hijacking) instead of rewriting it into patchable
-/// sites.
+/// `FNTRACE_KEEP_CALLS=1`: keep the `call mcount` (`gcc -pg`, `rustc
+/// -Zinstrument-mcount`) and `call __fentry__` (`gcc -pg -mfentry`) of
+/// instrumented functions (exits by return-address hijacking) instead of
+/// rewriting them into patchable sites with call wrappers.
 #[cfg(feature = "compiler-hooks")]
-pub const ENV_FENTRY: &str = "FNTRACE_FENTRY";
+pub const ENV_KEEP_CALLS: &str = "FNTRACE_KEEP_CALLS";
 
 /// Switches on the patchable sites `-F`/`-N` select (all without `-F`)
 /// and starts the control socket if asked. With patchable sites the
@@ -1817,14 +1861,15 @@ fn start_dynamic() {
     let mut trace = lines(filter::ENV_FILTER);
     trace.extend(lines(crate::xray::api::ENV_PATCH));
     let notrace = lines(filter::ENV_NOTRACE);
-    // `call __fentry__` becomes a patchable site (call wrappers instead of
-    // a hijacked return) unless `-F`/`-N` ask for their region semantics,
-    // counting mode wants its own fast path, or `FNTRACE_FENTRY=call`.
-    crate::dynamic::set_convert_fentry(
+    // `call mcount`/`call __fentry__` become patchable sites (call
+    // wrappers instead of a hijacked return) unless `-F`/`-N` ask for
+    // their region semantics,
+    // counting mode wants its own fast path, or `FNTRACE_KEEP_CALLS=1`.
+    crate::dynamic::set_convert_calls(
         trace.is_empty()
             && notrace.is_empty()
             && filter::features() & filter::FEAT_COUNT == 0
-            && std::env::var_os(ENV_FENTRY).is_none_or(|v| v != "call"),
+            && std::env::var_os(ENV_KEEP_CALLS).is_none_or(|v| v != "1"),
     );
     match crate::dynamic::start(&trace, &notrace) {
         Ok(_) => {

@@ -44,11 +44,18 @@ struct Object {
     on: Vec<bool>,
     /// Prefix bytes written, by index.
     prefixed: Vec<bool>,
+    /// The moved prologue of a [`Layout::Moved`] site (0 for others), by
+    /// index: where its off state jumps, and the body its wrapper calls.
+    moved: Vec<u64>,
     /// Address of the call wrappers (one per site, in site order), 0 until
     /// the first site is switched on.
     wrappers: u64,
-    /// Function names, sorted by start (start, end, name).
+    /// Function symbols, sorted by start (start, end, symbol name).
     names: Vec<(u64, u64, String)>,
+    /// Their demangled names, made when a rule or a listing first needs
+    /// them (not at start-up: a program's constructors and, after `exec`,
+    /// its profiling timer are waiting).
+    demangled: std::sync::OnceLock<Vec<String>>,
     /// `#[instrument_fn = "off"]` functions.
     off: Vec<u64>,
     alive: bool,
@@ -103,20 +110,23 @@ fn read_addrs(addr: u64, size: u64) -> Vec<u64> {
 }
 
 /// Whether `call __fentry__` sites are rewritten into patchable sites
-/// (see [`set_convert_fentry`]).
-static CONVERT_FENTRY: AtomicBool = AtomicBool::new(false);
+/// (see [`set_convert_calls`]).
+static CONVERT_CALLS: AtomicBool = AtomicBool::new(false);
 
-/// Asks scans to rewrite `call __fentry__` at function starts (`gcc -pg
-/// -mfentry`) into 5-byte NOP sites that jump to call wrappers when on:
-/// the recorded exit then needs no hijacked return address, and the
-/// functions can be switched with `fntrace live`. Only done where one-byte
-/// NOP runs may be rewritten (before a second thread exists, or in an
-/// object just loaded); elsewhere the calls stay and `__fentry__` handles
-/// them. The recorder turns it on when recording starts without
+/// Asks scans to rewrite compiler hook calls into patchable sites that
+/// jump to call wrappers when on, so that recorded exits need no hijacked
+/// return address and the functions can be switched with `fntrace live`:
+/// `call __fentry__` at a function's start (`gcc -pg -mfentry`) becomes a
+/// 5-byte NOP site ([`sites::fentry_call`]); a prologue followed by `call
+/// mcount` (`gcc -pg`, `rustc -Zinstrument-mcount`) is moved into a stub
+/// and replaced by a jump ([`sites::mcount_call`]). Only done where
+/// one-byte NOP runs may be rewritten (before a second thread exists, or
+/// in an object just loaded); elsewhere the calls stay and the hooks
+/// handle them. The recorder turns it on when recording starts without
 /// `-F`/`-N` (whose region semantics need the native calls) and outside
-/// counting mode, unless `FNTRACE_FENTRY=call`.
-pub fn set_convert_fentry(on: bool) {
-    CONVERT_FENTRY.store(on, Ordering::Release);
+/// counting mode, unless `FNTRACE_KEEP_CALLS=1`.
+pub fn set_convert_calls(on: bool) {
+    CONVERT_CALLS.store(on, Ordering::Release);
 }
 
 /// What [`discover`] finds in one object.
@@ -127,6 +137,8 @@ struct Found {
     off: Vec<u64>,
     /// GOT slots bound to `__fentry__` (sorted), when converting.
     fentry_slots: Vec<u64>,
+    /// GOT slots bound to `mcount`/`_mcount` (sorted), when converting.
+    mcount_slots: Vec<u64>,
 }
 
 /// Finds the sites of one object (by its ELF sections, read from memory,
@@ -142,21 +154,25 @@ fn discover(path: &std::path::Path, bias: u64) -> Option<Found> {
         }
     }
     let mut fentry_slots = vec![];
-    if CONVERT_FENTRY.load(Ordering::Acquire) {
+    let mut mcount_slots = vec![];
+    if CONVERT_CALLS.load(Ordering::Acquire) {
         if let (Some(relocs), Some(dynsym)) =
             (obj.dynamic_relocations(), obj.dynamic_symbol_table())
         {
             for (offset, r) in relocs {
                 if let object::RelocationTarget::Symbol(i) = r.target() {
-                    if dynsym.symbol_by_index(i).and_then(|s| s.name()) == Ok("__fentry__") {
-                        fentry_slots.push(offset.wrapping_add(bias));
+                    match dynsym.symbol_by_index(i).and_then(|s| s.name()) {
+                        Ok("__fentry__") => fentry_slots.push(offset.wrapping_add(bias)),
+                        Ok("mcount" | "_mcount") => mcount_slots.push(offset.wrapping_add(bias)),
+                        _ => {}
                     }
                 }
             }
         }
         fentry_slots.sort_unstable();
+        mcount_slots.sort_unstable();
     }
-    if entries.is_empty() && fentry_slots.is_empty() {
+    if entries.is_empty() && fentry_slots.is_empty() && mcount_slots.is_empty() {
         return None;
     }
     let off = obj
@@ -169,6 +185,7 @@ fn discover(path: &std::path::Path, bias: u64) -> Option<Found> {
         entries,
         off,
         fentry_slots,
+        mcount_slots,
     })
 }
 
@@ -218,12 +235,13 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             entries,
             off,
             fentry_slots,
+            mcount_slots,
         }) = discover(&path, bias)
         else {
             reg.none.push((start, path));
             continue;
         };
-        let names = crate::filter::module_functions(&path, bias);
+        let names = crate::filter::module_symbols(&path, bias);
         let mut found = vec![];
         let mut skipped: Vec<String> = vec![];
         let mut calls = vec![];
@@ -242,9 +260,12 @@ fn scan_locked(reg: &mut Registry) -> Changed {
                 Err(Skip::Unsupported(why)) => skipped.push(why),
             }
         }
-        // `call __fentry__` at function starts: the listed calls and every
-        // named function (the code read stays inside the object).
-        if !fentry_slots.is_empty() && *may_fix.get_or_insert_with(single_threaded) {
+        // `call __fentry__` at function starts (the listed calls and every
+        // named function) and `call mcount` after a prologue (every named
+        // function); the code read stays inside the object.
+        if !(fentry_slots.is_empty() && mcount_slots.is_empty())
+            && *may_fix.get_or_insert_with(single_threaded)
+        {
             let end = start + size;
             let starts = calls
                 .iter()
@@ -267,7 +288,10 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             let mut have: Vec<u64> = found.iter().map(|s| s.addr).collect();
             have.sort_unstable();
             let mut extra: Vec<Site> = starts
-                .filter_map(|f| sites::fentry_call(f, &code, &fentry_slots))
+                .filter_map(|f| {
+                    sites::fentry_call(f, &code, &fentry_slots)
+                        .or_else(|| sites::mcount_call(f, &code, &mcount_slots))
+                })
                 .filter(|s| have.binary_search(&s.addr).is_err())
                 .collect();
             extra.sort_by_key(|s| s.addr);
@@ -287,23 +311,36 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             reg.none.push((start, path));
             continue;
         }
-        if let Err(e) = fix_up(&found, &path) {
-            eprintln!("fntrace: {e}");
-            reg.none.push((start, path));
-            continue;
-        }
+        let moved = match fix_up(&found, &path, start, size) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("fntrace: {e}");
+                reg.none.push((start, path));
+                continue;
+            }
+        };
         let nop5 = |s: &Site| matches!(s.layout, Layout::Nop5 { .. });
         // The SIGTRAP handler must know every 5-byte site before one is
-        // changed; if its table is full, those sites are not used.
-        if !int3::register(found.iter().filter(|s| nop5(s)).map(|s| s.addr).collect()) {
-            let n = found.iter().filter(|s| nop5(s)).count();
+        // changed; if its tables are full, the object's sites are not used
+        // (NOPs and moved prologues stay in their off state: untraced).
+        let resume: Vec<(u64, u64)> = found
+            .iter()
+            .zip(&moved)
+            .filter(|(_, m)| **m != 0)
+            .map(|(s, m)| (s.addr, *m))
+            .collect();
+        if !int3::register(found.iter().filter(|s| nop5(s)).map(|s| s.addr).collect())
+            || !int3::register_resume(resume)
+        {
             eprintln!(
-                "fntrace: {}: {n} patchable sites not used (too many objects with 5-byte \
+                "fntrace: {}: {} patchable sites not used (too many objects with 5-byte \
                  sites for the breakpoint handler's table)",
-                path.display()
+                path.display(),
+                found.len()
             );
-            reg.skipped += n;
-            found.retain(|s| !nop5(s));
+            reg.skipped += found.len();
+            reg.none.push((start, path));
+            continue;
         }
         let n = found.len();
         reg.objects.push(Object {
@@ -313,8 +350,10 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             sites: found,
             on: vec![false; n],
             prefixed: vec![false; n],
+            moved,
             wrappers: 0,
             names,
+            demangled: std::sync::OnceLock::new(),
             off,
             alive: true,
         });
@@ -326,20 +365,72 @@ fn scan_locked(reg: &mut Registry) -> Changed {
     total
 }
 
-/// Rewrites one-byte NOP runs into switchable layouts.
-fn fix_up(found: &[Site], path: &std::path::Path) -> Result<(), String> {
-    let ranges: Vec<(u64, u64)> = found
+/// Rewrites one-byte NOP runs and compiler hook calls into switchable
+/// layouts; returns, by site, the stub holding a moved prologue (0 for
+/// sites that have none).
+fn fix_up(
+    found: &[Site],
+    path: &std::path::Path,
+    start: u64,
+    size: u64,
+) -> Result<Vec<u64>, String> {
+    let what = path.display().to_string();
+    let mut moved = vec![0u64; found.len()];
+    let mut ranges: Vec<(u64, u64)> = found
         .iter()
-        .filter_map(|s| match s.fixup? {
-            Fixup::Call6 => Some((s.addr, 6)),
+        .filter_map(|s| match (s.fixup?, s.layout) {
+            (Fixup::Call6, _) => Some((s.addr, 6)),
+            (Fixup::Move, Layout::Moved { prologue, call, .. }) => {
+                Some((s.addr, u64::from(prologue) + u64::from(call)))
+            }
             _ => Some((s.addr, 5)),
         })
         .collect();
     if ranges.is_empty() {
-        return Ok(());
+        return Ok(moved);
     }
-    let _w = text::Writable::open(&ranges, &path.display().to_string())?;
-    for s in found {
+    // Moved prologues: a stub per site, `STUB` bytes each (the prologue,
+    // at most 47 bytes, and a jump back past the call).
+    const STUB: u64 = 64;
+    let n_moved = found
+        .iter()
+        .filter(|s| s.fixup == Some(Fixup::Move))
+        .count() as u64;
+    let area = if n_moved > 0 {
+        let a = patch::stubs::area_near(start, start + size, n_moved * STUB, &what)?;
+        ranges.push((a, n_moved * STUB));
+        a
+    } else {
+        0
+    };
+    let _w = text::Writable::open(&ranges, &what)?;
+    let mut next = area;
+    for (k, s) in found.iter().enumerate() {
+        if let (Some(Fixup::Move), Layout::Moved { prologue, call, .. }) = (s.fixup, s.layout) {
+            let (p, c) = (u64::from(prologue), u64::from(call));
+            let stub = next;
+            next += STUB;
+            // SAFETY: the prologue is mapped code of this object (the
+            // classifier read it).
+            let mut code: Vec<u8> = (0..p)
+                .map(|i| unsafe { core::ptr::read_volatile((s.addr + i) as *const u8) })
+                .collect();
+            code.extend(sites::jmp5(stub + p, s.addr + p + c));
+            // SAFETY: our fresh mapping, writable through `_w`; nothing
+            // jumps to it yet.
+            unsafe { text::write_bytes(stub, &code) };
+            // The function now starts with a jump to the stub (the site's
+            // off state); the rest of the old prologue and the call are
+            // never executed again and become `int3`s.
+            let mut head = sites::jmp5(s.addr, stub).to_vec();
+            head.resize((p + c) as usize, 0xcc);
+            // SAFETY: writable (`_w`); no other thread can be inside these
+            // bytes (the caller checked: one thread, or an object just
+            // loaded), so none decodes them while they change.
+            unsafe { text::write_bytes(s.addr, &head) };
+            moved[k] = stub;
+            continue;
+        }
         let call6 = [
             int3::NOP5[0],
             int3::NOP5[1],
@@ -352,7 +443,7 @@ fn fix_up(found: &[Site], path: &std::path::Path) -> Result<(), String> {
             Some(Fixup::Nop5 | Fixup::Call5) => &int3::NOP5,
             Some(Fixup::Call6) => &call6,
             Some(Fixup::Nop2) => &sites::PREFIX_OFF,
-            None => continue,
+            Some(Fixup::Move) | None => continue,
         };
         // SAFETY: the pages are writable (`_w`) and no other thread can be
         // inside these NOP runs or calls (the caller checked: one thread,
@@ -361,20 +452,33 @@ fn fix_up(found: &[Site], path: &std::path::Path) -> Result<(), String> {
         // thread could return to (after a 5- or 6-byte call).
         unsafe { text::write_bytes(s.addr, bytes) };
     }
-    Ok(())
+    Ok(moved)
 }
 
 /// The name of the function starting at `func` in `o`.
 fn name_of(o: &Object, func: u64) -> Option<&str> {
     let k = o.names.partition_point(|n| n.0 <= func);
-    let n = &o.names[k.checked_sub(1)?];
-    (func >= n.0 && func < n.1).then_some(n.2.as_str())
+    let i = k.checked_sub(1)?;
+    let n = &o.names[i];
+    if func < n.0 || func >= n.1 {
+        return None;
+    }
+    let d = o.demangled.get_or_init(|| {
+        o.names
+            .iter()
+            .map(|n| crate::filter::demangle(&n.2))
+            .collect()
+    });
+    Some(d[i].as_str())
 }
 
 /// Whether the rules select `func` of `o`.
 fn wanted(reg: &Registry, o: &Object, func: u64) -> bool {
     if o.off.contains(&func) {
         return false;
+    }
+    if reg.rules.is_empty() {
+        return reg.default_on;
     }
     let name = name_of(o, func).unwrap_or("");
     let mut on = reg.default_on;
@@ -405,11 +509,14 @@ fn apply(reg: &mut Registry, i: usize) -> Changed {
     }
 }
 
-/// Where the body of site `s`'s function continues after the site.
-fn body(s: &Site) -> u64 {
+/// Where the body of site `k` of `o` continues after the site (for a
+/// moved prologue: the stub that runs it).
+fn body(o: &Object, k: usize) -> u64 {
+    let s = &o.sites[k];
     match s.layout {
         Layout::Nop5 { .. } => s.addr + 5,
         Layout::Prefix => s.addr + 2,
+        Layout::Moved { .. } => o.moved[k],
     }
 }
 
@@ -430,7 +537,7 @@ fn wrappers(o: &Object, what: &str) -> Result<u64, String> {
         let at = area + k as u64 * wrapper::SIZE;
         // SAFETY: our fresh mapping, writable through `_w`; no site jumps
         // here yet.
-        unsafe { text::write_bytes(at, &wrapper::code(at, s.func, body(s), enter, exit)) };
+        unsafe { text::write_bytes(at, &wrapper::code(at, s.func, body(o, k), enter, exit)) };
     }
     Ok(area)
 }
@@ -450,7 +557,7 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, String> {
     for &k in &todo {
         let s = o.sites[k];
         match s.layout {
-            Layout::Nop5 { .. } => ranges.push((s.addr, 5)),
+            Layout::Nop5 { .. } | Layout::Moved { .. } => ranges.push((s.addr, 5)),
             Layout::Prefix => ranges.push((s.func - 7, s.addr + 2 - (s.func - 7))),
         }
     }
@@ -468,13 +575,20 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, String> {
             o.prefixed[k] = true;
             wrote_prefix = true;
         }
-        if let Layout::Nop5 { .. } = s.layout {
-            let new = if want[k] {
-                sites::jmp5(s.addr, wrapper_of(k))
-            } else {
-                int3::NOP5
-            };
-            pokes.push((s.addr, new));
+        match s.layout {
+            Layout::Nop5 { .. } => {
+                let new = if want[k] {
+                    sites::jmp5(s.addr, wrapper_of(k))
+                } else {
+                    int3::NOP5
+                };
+                pokes.push((s.addr, new));
+            }
+            Layout::Moved { .. } => {
+                let to = if want[k] { wrapper_of(k) } else { o.moved[k] };
+                pokes.push((s.addr, sites::jmp5(s.addr, to)));
+            }
+            Layout::Prefix => {}
         }
     }
     if wrote_prefix {

@@ -24,11 +24,14 @@
 //! stopped between two of them. They are rewritten into one of the two
 //! layouts ([`Fixup`]) only while no other thread can be inside them.
 //!
-//! `call __fentry__` at a function's start (`gcc -pg -mfentry`, found by
-//! [`fentry_call`]) is rewritten the same way, into a 5-byte NOP site
-//! (plus a one-byte NOP after it for the 6-byte GOT form), so that a
-//! recorded `-mfentry` build goes through call wrappers instead of a
-//! hijacked return address, and can be switched like any patchable site.
+//! Compiler hook calls are rewritten the same way, so that a recorded
+//! `-pg` build goes through call wrappers instead of a hijacked return
+//! address and can be switched like any patchable site: `call __fentry__`
+//! at a function's start (`gcc -pg -mfentry`, found by [`fentry_call`])
+//! becomes a 5-byte NOP site (plus a one-byte NOP for the 6-byte GOT
+//! form); a prologue followed by `call mcount` (`gcc -pg`, `rustc
+//! -Zinstrument-mcount`, found by [`mcount_call`]) is moved into a stub
+//! and the function starts with a 5-byte `jmp` ([`Layout::Moved`]).
 
 use crate::patch::int3::NOP5;
 
@@ -47,6 +50,19 @@ pub enum Layout {
     /// Prefix NOPs before the function, a 2-byte NOP at `addr` (the
     /// function's entry, or 4 bytes after it behind an `endbr64`).
     Prefix,
+    /// `gcc -pg`/`rustc -Zinstrument-mcount` code: the function's
+    /// prologue (`prologue` bytes at `addr`) and the `call mcount` after
+    /// it (`call` bytes). Fixed up once ([`Fixup::Move`]): the prologue is
+    /// copied into a stub that jumps back past the call, and `addr` holds
+    /// a 5-byte `jmp` — to the stub when off, to the wrapper when on.
+    Moved {
+        /// An `endbr64` precedes the site.
+        endbr: bool,
+        /// Bytes of prologue before the call.
+        prologue: u8,
+        /// Bytes of the call (5 or 6).
+        call: u8,
+    },
 }
 
 /// A rewrite that turns a run of one-byte NOPs into a switchable layout.
@@ -62,6 +78,8 @@ pub enum Fixup {
     /// Replace a 6-byte `call *__fentry__@GOTPCREL(%rip)` (`ff 15`) by
     /// [`NOP5`] and a one-byte NOP (the body then starts at that NOP).
     Call6,
+    /// Move a [`Layout::Moved`] site's prologue into a stub.
+    Move,
 }
 
 /// One site, classified.
@@ -186,20 +204,91 @@ fn plt_slot(plt: u64, code: &dyn Fn(u64, usize) -> Vec<u8>) -> Option<u64> {
 pub fn fentry_call(func: u64, code: &dyn Fn(u64, usize) -> Vec<u8>, slots: &[u64]) -> Option<Site> {
     let endbr = code(func, 4) == ENDBR64;
     let at = if endbr { func + 4 } else { func };
-    let b = code(at, 6);
-    let rel = |o: usize| i32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as i64 as u64;
-    let (slot, fixup) = match b.as_slice() {
-        [0xff, 0x15, ..] => ((at + 6).wrapping_add(rel(2)), Fixup::Call6),
-        [0xe8, ..] => (plt_slot((at + 5).wrapping_add(rel(1)), code)?, Fixup::Call5),
-        _ => return None,
-    };
+    let (slot, len) = call_slot(at, code)?;
     slots.binary_search(&slot).ok()?;
+    let fixup = if len == 6 { Fixup::Call6 } else { Fixup::Call5 };
     Some(Site {
         addr: at,
         func,
         layout: Layout::Nop5 { endbr },
         fixup: Some(fixup),
     })
+}
+
+/// Bytes of a ModRM operand fntrace can copy elsewhere unchanged: a
+/// register, or memory addressed by a register plus a displacement (no
+/// SIB byte, no RIP-relative form).
+fn modrm_len(m: u8) -> Option<usize> {
+    let (md, rm) = (m >> 6, m & 7);
+    match md {
+        3 => Some(1),
+        0 if rm != 4 && rm != 5 => Some(1),
+        1 if rm != 4 => Some(2),
+        2 if rm != 4 => Some(5),
+        _ => None,
+    }
+}
+
+/// Length of a prologue instruction that runs the same anywhere (a push,
+/// a register move or a store relative to a register, a stack
+/// adjustment): what may be copied out of an mcount function's prologue.
+fn movable_len(b: &[u8]) -> Option<usize> {
+    match b {
+        [0x50..=0x57, ..] => Some(1),
+        [0x41, 0x50..=0x57, ..] => Some(2),
+        [0x48, 0x83, 0xec, _, ..] => Some(4),
+        [0x48, 0x81, 0xec, _, _, _, _, ..] => Some(7),
+        [0x40..=0x4f, 0x89, m, ..] => modrm_len(*m).map(|n| 2 + n),
+        [0x89, m, ..] => modrm_len(*m).map(|n| 1 + n),
+        _ => None,
+    }
+}
+
+/// The target slot of a call at `at` (`ff 15 <disp32>` through the GOT,
+/// or `e8 <rel32>` to a PLT entry) and the call's length.
+fn call_slot(at: u64, code: &dyn Fn(u64, usize) -> Vec<u8>) -> Option<(u64, u8)> {
+    let b = code(at, 6);
+    let rel = |o: usize| -> Option<u64> {
+        Some(i32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?) as i64 as u64)
+    };
+    match b.as_slice() {
+        [0xff, 0x15, ..] => Some(((at + 6).wrapping_add(rel(2)?), 6)),
+        [0xe8, ..] => Some((plt_slot((at + 5).wrapping_add(rel(1)?), code)?, 5)),
+        _ => None,
+    }
+}
+
+/// An mcount function (`gcc -pg`, `rustc -Zinstrument-mcount`) starting
+/// at `func`: an optional `endbr64`, a prologue that starts with `push
+/// rbp` and holds only instructions that run the same anywhere
+/// ([`movable_len`]), then `call mcount` through one of `slots` (the GOT
+/// slots bound to `mcount`/`_mcount`, sorted). Returns the site (fixed up
+/// with [`Fixup::Move`]).
+pub fn mcount_call(func: u64, code: &dyn Fn(u64, usize) -> Vec<u8>, slots: &[u64]) -> Option<Site> {
+    let endbr = code(func, 4) == ENDBR64;
+    let at = if endbr { func + 4 } else { func };
+    let b = code(at, 48);
+    if b.first() != Some(&0x55) {
+        return None;
+    }
+    let mut p = 0;
+    while p < 40 {
+        if let Some((slot, call)) = call_slot(at + p as u64, code) {
+            slots.binary_search(&slot).ok()?;
+            return Some(Site {
+                addr: at,
+                func,
+                layout: Layout::Moved {
+                    endbr,
+                    prologue: p as u8,
+                    call,
+                },
+                fixup: Some(Fixup::Move),
+            });
+        }
+        p += movable_len(b.get(p..)?)?;
+    }
+    None
 }
 
 /// The bytes of a `jmp rel32` at `at` to `target` (within ±2 GiB).
@@ -356,5 +445,58 @@ mod tests {
         assert_eq!(s.map(|s| s.fixup), Some(Some(Fixup::Call5)));
         // Anything else at the entry.
         assert!(fentry_call(0x1000, &mem(0x1000, vec![0x55, 0xc3]), &[0]).is_none());
+    }
+
+    #[test]
+    fn mcount_prologues() {
+        // gcc -pg: push rbp; mov rbp,rsp; push r12; push rbx;
+        // call *0x2d93(%rip).
+        let b = vec![
+            0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x53, 0xff, 0x15, 0x93, 0x2d, 0, 0, 0x48,
+        ];
+        let slot = 0x100d + 0x2d93;
+        let s = mcount_call(0x1000, &mem(0x1000, b.clone()), &[slot]).unwrap();
+        assert_eq!(
+            (s.addr, s.func, s.layout, s.fixup),
+            (
+                0x1000,
+                0x1000,
+                Layout::Moved {
+                    endbr: false,
+                    prologue: 7,
+                    call: 6
+                },
+                Some(Fixup::Move)
+            )
+        );
+        assert!(mcount_call(0x1000, &mem(0x1000, b), &[slot + 1]).is_none());
+        // rustc: push rbp; mov rbp,rsp; sub rsp,0x20; mov [rbp-8],rdi;
+        // mov rbx,rsi (49 89 f6 = mov r14,rsi); call rel32 to a PLT entry.
+        let mut code = vec![0xcc; 0x100];
+        code[0x80..0x86].copy_from_slice(&[0xff, 0x25, 0x10, 0, 0, 0]);
+        let mut f = ENDBR64.to_vec();
+        f.extend([
+            0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20, 0x48, 0x89, 0x7d, 0xf8,
+        ]);
+        f.extend([0x49, 0x89, 0xf6]);
+        let call_at = 0x1000 + f.len() as i64;
+        f.push(0xe8);
+        f.extend(((0x0f80 - (call_at + 5)) as i32).to_le_bytes());
+        code.extend(f);
+        let s = mcount_call(0x1000, &mem(0x0f00, code.clone()), &[0x0f86 + 0x10]).unwrap();
+        assert_eq!(
+            s.layout,
+            Layout::Moved {
+                endbr: true,
+                prologue: 15,
+                call: 5
+            }
+        );
+        assert_eq!(s.addr, 0x1004);
+        // A RIP-relative load in the prologue cannot be moved.
+        let b = vec![0x55, 0x48, 0x8b, 0x05, 1, 2, 3, 4, 0xe8, 0, 0, 0, 0];
+        assert!(mcount_call(0x1000, &mem(0x1000, b), &[0]).is_none());
+        // Not starting with push rbp.
+        assert!(mcount_call(0x1000, &mem(0x1000, vec![0x53, 0xc3]), &[0]).is_none());
     }
 }

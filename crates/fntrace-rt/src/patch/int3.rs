@@ -13,8 +13,11 @@
 //! NOP does; once the site is complete (the trap was delivered after the
 //! last write) it re-executes the site. This is correct because every user
 //! of this module toggles a site between a 5-byte NOP and something else
-//! (`call`, `jmp`): skipping the site is one of the two states. Traps at
-//! other addresses go to the handler the program had installed before.
+//! (`call`, `jmp`): skipping the site is one of the two states. The one
+//! exception, sites registered with [`register_resume`], toggle between
+//! two jumps; a trap there continues at the target of the one that does
+//! not record. Traps at other addresses go to the handler the program had
+//! installed before.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -48,6 +51,45 @@ pub fn register(mut addrs: Vec<u64>) -> bool {
     SITES[n].store(Box::into_raw(Box::new(addrs)), Ordering::Release);
     NSITES.store(n + 1, Ordering::Release);
     true
+}
+
+/// Registered tables of sites that toggle between two jumps (an mcount
+/// function's moved prologue and its wrapper): leaked arrays of (site,
+/// where a thread that traps there resumes), sorted by site.
+static RESUME: [AtomicPtr<Vec<(u64, u64)>>; TABLES] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; TABLES];
+static NRESUME: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers 5-byte sites whose two states are both jumps: a thread that
+/// traps on one while it changes resumes at its `resume` address (the
+/// state that does not record) instead of skipping 5 bytes. Returns false
+/// when the registry is full (then the sites must not be patched live).
+pub fn register_resume(mut items: Vec<(u64, u64)>) -> bool {
+    if items.is_empty() {
+        return true;
+    }
+    items.sort_unstable();
+    items.dedup_by_key(|i| i.0);
+    let _g = REGISTER.lock().unwrap_or_else(|e| e.into_inner());
+    let n = NRESUME.load(Ordering::Acquire);
+    if n >= TABLES {
+        return false;
+    }
+    RESUME[n].store(Box::into_raw(Box::new(items)), Ordering::Release);
+    NRESUME.store(n + 1, Ordering::Release);
+    true
+}
+
+/// Where a thread trapping on resume site `addr` continues, if it is one.
+/// Async-signal-safe, like [`is_site`].
+fn resume_of(addr: u64) -> Option<u64> {
+    let n = NRESUME.load(Ordering::Acquire);
+    RESUME[..n].iter().find_map(|t| {
+        let p = t.load(Ordering::Acquire);
+        // SAFETY: published tables are leaked and never changed.
+        let v = (!p.is_null()).then(|| unsafe { &*p })?;
+        v.binary_search_by_key(&addr, |i| i.0).ok().map(|k| v[k].1)
+    })
 }
 
 /// Whether `addr` is a registered site. Async-signal-safe: reads only
@@ -92,6 +134,14 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     // RIP is right after the `int3` that trapped.
     let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] } as u64;
     let site = rip.wrapping_sub(1);
+    if let Some(resume) = resume_of(site) {
+        // SAFETY: a registered site is inside mapped code.
+        let b = unsafe { core::ptr::read_volatile(site as *const u8) };
+        let next = if b == 0xcc { resume } else { site };
+        // SAFETY: as below; changing where the interrupted thread resumes.
+        unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] = next as i64 };
+        return;
+    }
     if is_site(site) {
         // SAFETY: a registered site is inside mapped code.
         let b = unsafe { core::ptr::read_volatile(site as *const u8) };
@@ -128,9 +178,10 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
 }
 
 /// Changes 5-byte sites, all in pages of `w`, to new contents while other
-/// threads may run them. Every address must have been [`register`]ed, and
-/// for each site either the old or the new bytes must be [`NOP5`]. The
-/// caller holds [`super::LOCK`].
+/// threads may run them. Every address must have been [`register`]ed (and
+/// for each site either the old or the new bytes must be [`NOP5`]) or
+/// [`register_resume`]d (both states jumps, one of them to its resume
+/// address). The caller holds [`super::LOCK`].
 pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
     // SAFETY: registered sites are inside mapped code.
     let todo: Vec<(u64, [u8; 5])> = items
@@ -141,7 +192,10 @@ pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
     if todo.is_empty() {
         return;
     }
-    debug_assert!(todo.iter().all(|&(a, _)| is_site(a)));
+    debug_assert!(
+        todo.iter()
+            .all(|&(a, _)| is_site(a) || resume_of(a).is_some())
+    );
     install();
     let page = w.runs().first().map_or(0, |r| r.0);
     // The sites are registered and inside pages `w` made writable; a

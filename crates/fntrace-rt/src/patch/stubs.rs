@@ -83,12 +83,21 @@ pub fn area_near(lo: u64, hi: u64, len: u64, what: &str) -> Result<u64, String> 
     })
 }
 
+/// The lowest address stubs and wrappers are mapped at.
+const LOWEST: u64 = 1 << 20;
+
 fn map_near_len(lo: u64, hi: u64, len: u64) -> Option<u64> {
     for k in 1..64u64 {
         for hint in [
             lo.saturating_sub((k << 24) + len) & !0xfff,
             (hi + (k << 24)) & !0xfff,
         ] {
+            // Never near address 0 (a non-PIE executable sits at 4 MiB):
+            // root may map page 0, and a program's null pointers must keep
+            // faulting.
+            if hint < LOWEST {
+                continue;
+            }
             // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing
             // mapping; the memory is ours.
             let p = unsafe {
