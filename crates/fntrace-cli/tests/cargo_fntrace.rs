@@ -268,9 +268,10 @@ fn fib_works() { assert_eq!(fib(10), 55); }
 /// `--instrument=xray:instruction-threshold=200` LLVM drops the sleds of
 /// small functions, and a marked one is recorded through the patchable
 /// entry the attribute gives it (an unmarked one is not recorded at all).
-/// A large marked function (a loop: it keeps its exit sleds, its entry
-/// sled becomes the patchable entry) is recorded once per call, not by
-/// both mechanisms.
+/// A large marked function (a loop: LLVM instruments it whatever its
+/// size; its entry sled becomes the patchable entry, its exit sleds stay)
+/// is recorded once per call and switched as one function, by its
+/// patchable entry only.
 #[test]
 fn cargo_fntrace_xray_threshold_records_functions_marked_on() {
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
@@ -303,6 +304,10 @@ fn marked_big(n: u64) -> u64 {
     s
 }
 fn main() {
+    // One function, one mechanism: its patchable entry, not also its
+    // exit sleds (switching it counts one function).
+    assert_eq!(fntrace::disable("^demo::marked_big$"), Ok(1));
+    assert_eq!(fntrace::enable("^demo::marked_big$"), Ok(1));
     let mut acc = 0u64;
     for i in 0..1000 {
         acc = acc.wrapping_add(marked_tiny(black_box(i)));
