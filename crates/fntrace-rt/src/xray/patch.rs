@@ -403,3 +403,27 @@ pub fn max_function_id() -> usize {
     let objs = OBJECTS.lock().unwrap_or_else(|e| e.into_inner());
     objs.first().map(|o| o.funcs.len()).unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::with_patchable_entry;
+
+    #[test]
+    fn sled_functions_with_a_patchable_entry() {
+        // Code: f1 behind 8 prefix NOPs (rustc 10,8), f2 with its entry at
+        // its start (N,0), f3 right after f2's entry but with code between
+        // (not f2's prefix), f4 with no entry at all.
+        let mut code = vec![0xccu8; 256];
+        code[8..16].fill(0x90); // prefix of f1 at 16
+        code[16..18].copy_from_slice(&[0x66, 0x90]);
+        code[64..69].fill(0x90); // entry of f2 at 64
+        code[69] = 0xc3;
+        let base = code.as_ptr() as u64;
+        let (f1, f2, f3, f4) = (base + 16, base + 64, base + 72, base + 128);
+        // Unsorted, with a duplicate and a NULL (a dropped function).
+        let table: [u64; 4] = [f2, base + 8, 0, f2];
+        let secs = [(table.as_ptr() as u64, 32)];
+        assert_eq!(with_patchable_entry(&[f4, f3, f2, f1], &secs), vec![f1, f2]);
+        assert!(with_patchable_entry(&[f1], &[]).is_empty());
+    }
+}
