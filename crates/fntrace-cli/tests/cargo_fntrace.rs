@@ -303,12 +303,52 @@ fn marked_big(n: u64) -> u64 {
     }
     s
 }
+// Every kind of item the attribute instruments compiles with the cfg
+// (methods get no patchable entry: rustc allows it on free functions).
+#[fntrace::instrument_fn]
+mod extra {
+    pub struct S(pub u64);
+    impl S {
+        pub fn get(&self) -> u64 {
+            self.0
+        }
+    }
+    pub trait T {
+        fn twice(&self) -> u64;
+        fn thrice(&self) -> u64 {
+            self.twice() + 1
+        }
+    }
+    impl T for S {
+        fn twice(&self) -> u64 {
+            self.0 * 2
+        }
+    }
+    #[inline(never)]
+    pub fn generic<X: Copy>(x: X) -> X {
+        x
+    }
+    pub async fn later(x: u64) -> u64 {
+        x + 1
+    }
+    #[instrument_fn = "off"]
+    #[inline(never)]
+    pub fn hidden(x: u64) -> u64 {
+        x ^ 2
+    }
+}
+use extra::T as _;
 fn main() {
+    let s = extra::S(black_box(2));
+    let mut acc = s.get() + s.thrice();
+    for i in 0..5u64 {
+        acc += extra::generic(black_box(i)) + extra::hidden(black_box(i));
+    }
+    let _ = extra::later(1);
     // One function, one mechanism: its patchable entry, not also its
     // exit sleds (switching it counts one function).
     assert_eq!(fntrace::disable("^demo::marked_big$"), Ok(1));
     assert_eq!(fntrace::enable("^demo::marked_big$"), Ok(1));
-    let mut acc = 0u64;
     for i in 0..1000 {
         acc = acc.wrapping_add(marked_tiny(black_box(i)));
         acc = acc.wrapping_add(plain_tiny(black_box(i)));
@@ -368,4 +408,18 @@ fn main() {
         "an unmarked small function was recorded: {rows:#}"
     );
     assert_eq!(calls("demo::marked_big"), Some(37), "{rows:#}");
+    let generic: u64 = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["function"]
+                .as_str()
+                .unwrap()
+                .starts_with("demo::extra::generic")
+        })
+        .map(|r| r["calls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(generic, 5, "{rows:#}");
+    assert_eq!(calls("demo::extra::hidden"), None, "{rows:#}");
 }
