@@ -263,3 +263,163 @@ fn fib_works() { assert_eq!(fib(10), 55); }
         .sum();
     assert_eq!(fib, 177);
 }
+
+/// `#[instrument_fn]` is XRay's always-instrument: with
+/// `--instrument=xray:instruction-threshold=200` LLVM drops the sleds of
+/// small functions, and a marked one is recorded through the patchable
+/// entry the attribute gives it (an unmarked one is not recorded at all).
+/// A large marked function (a loop: LLVM instruments it whatever its
+/// size; its entry sled becomes the patchable entry, its exit sleds stay)
+/// is recorded once per call and switched as one function, by its
+/// patchable entry only.
+#[test]
+fn cargo_fntrace_xray_threshold_records_functions_marked_on() {
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
+    common::preload();
+    let d = tempfile::tempdir().unwrap();
+    let facade = concat!(env!("CARGO_MANIFEST_DIR"), "/../fntrace");
+    let proj = project(d.path(), &format!("fntrace = {{ path = \"{facade}\" }}"));
+    std::fs::write(
+        proj.join("src/main.rs"),
+        r#"use std::hint::black_box;
+#[fntrace::instrument_fn]
+#[inline(never)]
+fn marked_tiny(x: u64) -> u64 {
+    x ^ 3
+}
+#[inline(never)]
+fn plain_tiny(x: u64) -> u64 {
+    x ^ 5
+}
+#[fntrace::instrument_fn]
+#[inline(never)]
+fn marked_big(n: u64) -> u64 {
+    let mut s = 0u64;
+    for i in 0..n {
+        s = s.wrapping_mul(31).wrapping_add(black_box(i) ^ (s >> 3));
+        if s % 7 == 3 {
+            s = s.rotate_left(5);
+        }
+    }
+    s
+}
+// Every kind of item the attribute instruments compiles with the cfg
+// (methods get no patchable entry: rustc allows it on free functions).
+#[fntrace::instrument_fn]
+mod extra {
+    pub struct S(pub u64);
+    impl S {
+        pub fn get(&self) -> u64 {
+            self.0
+        }
+    }
+    pub trait T {
+        fn twice(&self) -> u64;
+        fn thrice(&self) -> u64 {
+            self.twice() + 1
+        }
+    }
+    impl T for S {
+        fn twice(&self) -> u64 {
+            self.0 * 2
+        }
+    }
+    #[inline(never)]
+    pub fn generic<X: Copy>(x: X) -> X {
+        x
+    }
+    pub async fn later(x: u64) -> u64 {
+        x + 1
+    }
+    #[instrument_fn = "off"]
+    #[inline(never)]
+    pub fn hidden(x: u64) -> u64 {
+        x ^ 2
+    }
+}
+use extra::T as _;
+fn main() {
+    let s = extra::S(black_box(2));
+    let mut acc = s.get() + s.thrice();
+    for i in 0..5u64 {
+        acc += extra::generic(black_box(i)) + extra::hidden(black_box(i));
+    }
+    let _ = extra::later(1);
+    // One function, one mechanism: its patchable entry, not also its
+    // exit sleds (switching it counts one function).
+    assert_eq!(fntrace::disable("^demo::marked_big$"), Ok(1));
+    assert_eq!(fntrace::enable("^demo::marked_big$"), Ok(1));
+    for i in 0..1000 {
+        acc = acc.wrapping_add(marked_tiny(black_box(i)));
+        acc = acc.wrapping_add(plain_tiny(black_box(i)));
+    }
+    for i in 0..37 {
+        acc = acc.wrapping_add(marked_big(black_box(100 + i)));
+    }
+    println!("{}", acc != 0);
+}
+"#,
+    )
+    .unwrap();
+    let out = Command::new(&bin)
+        .args([
+            "fntrace",
+            "run",
+            "--instrument=xray:instruction-threshold=200",
+        ])
+        .current_dir(&proj)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "true\n");
+    // No warning in the user's crate (the cfg is declared).
+    assert!(!err.contains("warning: unexpected `cfg`"), "{err}");
+    assert!(!err.contains("warning: `demo`"), "{err}");
+    // The trace path `cargo fntrace run` prints.
+    let trace = err
+        .lines()
+        .find_map(|l| l.strip_prefix("cargo-fntrace: trace in "))
+        .and_then(|l| l.split(" (").next())
+        .unwrap_or_else(|| panic!("no trace path in: {err}"));
+    let rep = Command::new(common::fntrace_bin())
+        .args(["report", "--format", "json", trace])
+        .output()
+        .unwrap();
+    assert!(
+        rep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let calls = |f: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["function"] == f)
+            .map(|r| r["calls"].as_u64().unwrap())
+    };
+    assert_eq!(calls("demo::marked_tiny"), Some(1000), "{rows:#}");
+    assert_eq!(
+        calls("demo::plain_tiny"),
+        None,
+        "an unmarked small function was recorded: {rows:#}"
+    );
+    assert_eq!(calls("demo::marked_big"), Some(37), "{rows:#}");
+    let generic: u64 = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["function"]
+                .as_str()
+                .unwrap()
+                .starts_with("demo::extra::generic")
+        })
+        .map(|r| r["calls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(generic, 5, "{rows:#}");
+    assert_eq!(calls("demo::extra::hidden"), None, "{rows:#}");
+}

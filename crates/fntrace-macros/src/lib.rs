@@ -32,6 +32,18 @@ use syn::{
 /// time waiting between polls is not counted and every recorded call stays
 /// on one thread.
 ///
+/// Compiler instrumentation: `on` is XRay's *always-instrument*. In a
+/// `cargo fntrace --instrument=xray:instruction-threshold=N` (or
+/// `ignore-loops`) build, LLVM drops the sleds of small functions; every
+/// free function this attribute instruments then also gets a patchable
+/// entry (`#[patchable_function_entry(prefix_nops = 8, entry_nops = 2)]`,
+/// under `cfg(fntrace_always_instrument)`, which `cargo fntrace` sets), so
+/// `fntrace record` records it through its patchable entry into the same
+/// trace. Methods cannot carry that attribute (rustc allows it on free
+/// functions only) and keep only what the threshold gives them. `off`
+/// functions never get it. Other builds (`cargo build`, plain `xray`,
+/// other modes) expand exactly as without it.
+///
 /// `const fn`s and functions without bodies inside a container are left
 /// alone; turning the attribute on for one of them (directly, or explicitly
 /// inside a container) is an error. On any other kind of item (a struct, a
@@ -198,6 +210,7 @@ fn expand(args: TokenStream2, input: TokenStream2) -> TokenStream2 {
             } else if mode == Mode::Off {
                 register_off(f);
             } else if mode == Mode::On {
+                always_instrument(&mut f.attrs);
                 let name = f.sig.ident.to_string();
                 let naming = if f.sig.receiver().is_some() {
                     Naming::SelfType(name)
@@ -227,6 +240,37 @@ fn expand(args: TokenStream2, input: TokenStream2) -> TokenStream2 {
         out.extend(e.to_compile_error());
     }
     out
+}
+
+/// Environment variable `cargo fntrace` sets for the rustc runs that get
+/// `--cfg fntrace_always_instrument` (and declare it with `--check-cfg`).
+const ENV_ALWAYS: &str = "FNTRACE_ALWAYS_INSTRUMENT";
+
+/// The cfg name that turns the patchable entry of instrumented functions
+/// on.
+const CFG_ALWAYS: &str = "fntrace_always_instrument";
+
+/// Gives an instrumented free function
+/// `#[cfg_attr(fntrace_always_instrument, patchable_function_entry(prefix_nops
+/// = 8, entry_nops = 2))]`: XRay's *always-instrument* for `cargo fntrace
+/// --instrument=xray:instruction-threshold=N` builds, where LLVM drops the
+/// sleds of small functions (rustc 1.95 has no per-function XRay
+/// attribute); fntrace's dynamic runtime records through the entry.
+///
+/// Only when `cargo fntrace` asked for it (`FNTRACE_ALWAYS_INSTRUMENT` in
+/// rustc's environment, set exactly for the crates that get the cfg and
+/// its `--check-cfg`): anywhere else the cfg name would be unexpected and
+/// rustc's `unexpected_cfgs` lint would warn in the user's crate, so
+/// ordinary builds get the same expansion as before. rustc accepts the
+/// attribute on free functions only (not on methods).
+fn always_instrument(attrs: &mut Vec<Attribute>) {
+    if std::env::var_os(ENV_ALWAYS).is_none() {
+        return;
+    }
+    let cfg = syn::Ident::new(CFG_ALWAYS, Span::call_site());
+    attrs.push(syn::parse_quote! {
+        #[cfg_attr(#cfg, patchable_function_entry(prefix_nops = 8, entry_nops = 2))]
+    });
 }
 
 /// Registers a function marked `off` in the `fntrace_off` table (a
@@ -314,6 +358,7 @@ fn instrument_item(item: &mut Item, mode: Mode, errs: &mut Errors) {
             match (explicit.unwrap_or(mode), &f.sig.constness) {
                 (Mode::On, Some(c)) if explicit.is_some() => errs.push(const_fn_error(c)),
                 (Mode::On, None) => {
+                    always_instrument(&mut f.attrs);
                     let name = f.sig.ident.to_string();
                     instrument_block(&mut f.block, &f.sig, Naming::Path(name));
                 }

@@ -66,6 +66,9 @@ fn wrap_rustc(args: &[OsString], flags: &str) -> ExitCode {
         .unwrap_or(true);
     if !probe && member && !NEVER.contains(&pkg.as_str()) {
         c.args(flags.split('\x1f').filter(|f| !f.is_empty()));
+        if flags.split('\x1f').any(|f| f == CFG_ALWAYS) {
+            c.env(ENV_ALWAYS, "1");
+        }
     }
     match c.status() {
         Ok(s) => ExitCode::from(s.code().unwrap_or(1) as u8),
@@ -77,7 +80,28 @@ fn wrap_rustc(args: &[OsString], flags: &str) -> ExitCode {
 }
 
 const USAGE: &str = "usage: cargo fntrace build|run|test --instrument=MODE [--all-crates] [--gprof] [-o TRACE] [cargo args...]
-MODE: never | mcount | fentry | xray[:ignore-loops,instruction-threshold=N,no-entry,no-exit] | patchable | source";
+MODE: never | mcount | fentry | xray[:ignore-loops,instruction-threshold=N,no-entry,no-exit] | patchable | source
+  xray with a threshold (or ignore-loops): #[instrument_fn] functions whose sleds LLVM drops
+  are recorded through a patchable entry instead (XRay's always-instrument)";
+
+/// The cfg that gives `#[instrument_fn]` functions a patchable entry
+/// (XRay's always-instrument when a threshold drops their sleds).
+const CFG_ALWAYS: &str = "fntrace_always_instrument";
+
+/// Set in rustc's environment together with `--cfg fntrace_always_instrument`:
+/// tells `#[instrument_fn]` that the cfg is declared (so it can emit its
+/// `cfg_attr` without an `unexpected_cfgs` warning).
+const ENV_ALWAYS: &str = "FNTRACE_ALWAYS_INSTRUMENT";
+
+/// Flags added to an XRay mode that is not `always`: the feature gate of
+/// `#[patchable_function_entry]`, the cfg `#[instrument_fn]` keys it on,
+/// and the cfg's declaration for rustc's `unexpected_cfgs` lint.
+const ALWAYS_INSTRUMENT: [&str; 4] = [
+    "-Zcrate-attr=feature(patchable_function_entry)",
+    "--cfg",
+    CFG_ALWAYS,
+    "--check-cfg=cfg(fntrace_always_instrument)",
+];
 
 /// The rustc flags for a mode, and whether they need `RUSTC_BOOTSTRAP`.
 pub fn mode_flags(mode: &str) -> Result<(Vec<String>, bool), String> {
@@ -120,7 +144,14 @@ pub fn mode_flags(mode: &str) -> Result<(Vec<String>, bool), String> {
             if v.is_empty() {
                 v.push("always".into());
             }
-            (vec![format!("-Zinstrument-xray={}", v.join(","))], true)
+            let mut flags = vec![format!("-Zinstrument-xray={}", v.join(","))];
+            if !v.iter().any(|o| o == "always") {
+                // Not every function gets sleds: `#[instrument_fn]`
+                // functions get a patchable entry instead (XRay's
+                // always-instrument; see `fntrace-macros`).
+                flags.extend(ALWAYS_INSTRUMENT.iter().map(|f| f.to_string()));
+            }
+            (flags, true)
         }
         _ => return Err(format!("unknown --instrument mode {name:?}\n{USAGE}")),
     })
@@ -201,6 +232,9 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
                 rf.push_str(f);
             }
             c.env("RUSTFLAGS", rf.trim());
+            if flags.iter().any(|f| f == CFG_ALWAYS) {
+                c.env(ENV_ALWAYS, "1");
+            }
         } else {
             let me = std::env::current_exe().map_err(|e| e.to_string())?;
             c.env("RUSTC_WORKSPACE_WRAPPER", me)
@@ -292,12 +326,33 @@ mod tests {
             mode_flags("xray:ignore-loops,instruction-threshold=3,no-entry,no-exit")
                 .unwrap()
                 .0,
-            vec!["-Zinstrument-xray=ignore-loops,instruction-threshold=3,skip-entry,skip-exit"]
+            vec![
+                "-Zinstrument-xray=ignore-loops,instruction-threshold=3,skip-entry,skip-exit",
+                "-Zcrate-attr=feature(patchable_function_entry)",
+                "--cfg",
+                "fntrace_always_instrument",
+                "--check-cfg=cfg(fntrace_always_instrument)",
+            ]
         );
         assert_eq!(
             mode_flags("xray").unwrap().0,
             vec!["-Zinstrument-xray=always"]
         );
+        assert_eq!(
+            mode_flags("xray:always,instruction-threshold=5").unwrap().0,
+            vec!["-Zinstrument-xray=always,instruction-threshold=5"]
+        );
+        assert!(mode_flags("never").unwrap().0.is_empty());
+        for m in ["mcount", "fentry", "patchable", "source"] {
+            assert!(
+                !mode_flags(m)
+                    .unwrap()
+                    .0
+                    .iter()
+                    .any(|f| f.contains("always")),
+                "{m}"
+            );
+        }
         assert!(mode_flags("xray:bogus").is_err());
         assert!(mode_flags("mcount:x").is_err());
         assert_eq!(
@@ -309,5 +364,34 @@ mod tests {
             mode_flags("patchable").unwrap()
         );
         assert!(mode_flags("maybe").is_err());
+    }
+
+    #[test]
+    fn xray_without_always_gives_instrumented_functions_a_patchable_entry() {
+        let extra = [
+            "-Zcrate-attr=feature(patchable_function_entry)",
+            "--cfg",
+            "fntrace_always_instrument",
+            "--check-cfg=cfg(fntrace_always_instrument)",
+        ];
+        for (mode, xray) in [
+            (
+                "xray:instruction-threshold=200",
+                "-Zinstrument-xray=instruction-threshold=200",
+            ),
+            ("xray:ignore-loops", "-Zinstrument-xray=ignore-loops"),
+            ("xray:no-exit", "-Zinstrument-xray=skip-exit"),
+        ] {
+            let (flags, bootstrap) = mode_flags(mode).unwrap();
+            assert!(bootstrap, "{mode}");
+            let mut want = vec![xray];
+            want.extend(extra);
+            assert_eq!(flags, want, "{mode}");
+        }
+        // Every function has sleds: nothing to add.
+        for mode in ["xray", "xray:always", "xray:no-entry,always"] {
+            let flags = mode_flags(mode).unwrap().0;
+            assert_eq!(flags.len(), 1, "{mode}: {flags:?}");
+        }
     }
 }

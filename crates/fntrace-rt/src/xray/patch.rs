@@ -47,6 +47,10 @@ pub struct XObject {
     pub funcs: Vec<u64>,
     /// Functions never to patch (`#[instrument_fn = "off"]`).
     off: Vec<u64>,
+    /// Functions that also have a patchable entry, sorted: recorded through
+    /// that entry by the dynamic runtime, so their sleds are never patched
+    /// (see [`with_patchable_entry`]).
+    sited: Vec<u64>,
     /// Stubs (entry, exit, tail, log-args), 0 until first patched.
     stubs: [u64; 4],
     /// Still loaded.
@@ -115,7 +119,9 @@ pub fn scan() -> bool {
             none.push((start, path));
             continue;
         }
-        let (sl, off_table) = found.map_or((vec![], None), |f| (f.sleds, f.off_table));
+        let (sl, off_table, patchable) = found.map_or((vec![], None, vec![]), |f| {
+            (f.sleds, f.off_table, f.patchable)
+        });
         let mut funcs: Vec<u64> = vec![];
         for s in &sl {
             if funcs.len() < s.id as usize {
@@ -127,7 +133,8 @@ pub fn scan() -> bool {
             // SAFETY: sleds are inside the object's mapped, readable text.
             .map(|s| unsafe { [*(s.addr as *const u8), *((s.addr + 1) as *const u8)] })
             .collect();
-        let off = off_table.map_or(vec![], |(addr, size)| read_off_table(addr, size));
+        let off = off_table.map_or(vec![], |(addr, size)| read_addr_table(addr, size));
+        let sited = with_patchable_entry(&funcs, &patchable);
         let id = objs.len();
         if id >= FUNCS.len() {
             break;
@@ -145,6 +152,7 @@ pub fn scan() -> bool {
             orig,
             funcs,
             off,
+            sited,
             stubs: [0; 4],
             alive: true,
         });
@@ -152,12 +160,65 @@ pub fn scan() -> bool {
     objs.iter().any(|o| o.alive && !o.sleds.is_empty())
 }
 
-/// Function addresses listed by `#[instrument_fn = "off"]` in the
-/// `fntrace_off` table at run-time address `addr` (8-byte addresses,
-/// relocated in memory).
-fn read_off_table(addr: u64, size: u64) -> Vec<u64> {
+/// Prefix NOP bytes a patchable entry may have before its function (rustc
+/// `-Zpatchable-function-entry=10,8` has 8; the dynamic classifier reads
+/// 24 bytes).
+const MAX_PREFIX: u64 = 24;
+
+/// The sled functions (`funcs`, function starts) that also have a
+/// patchable entry, sorted. `sections`: run-time address and size of the
+/// object's `__patchable_function_entries` sections. A function has one
+/// when an entry is at its start or only NOPs (`90`) lie between the
+/// entry and its start (prefix NOPs), as the dynamic classifier decides.
+///
+/// LLVM gives a function with `patchable-function-entry` (rustc's
+/// `#[patchable_function_entry]`, which `#[instrument_fn]` adds in `cargo
+/// fntrace --instrument=xray:instruction-threshold=N` builds) its NOPs *in
+/// place of* the XRay entry sled: a large function keeps only its exit
+/// sleds. Its patchable entry records entry and exit, so patching those
+/// exit sleds too would record every exit twice; such functions are left
+/// to the dynamic runtime. Sorting and a binary search per function keep
+/// this linear in the size of the tables.
+fn with_patchable_entry(funcs: &[u64], sections: &[(u64, u64)]) -> Vec<u64> {
+    let mut entries: Vec<u64> = sections
+        .iter()
+        .flat_map(|&(addr, size)| read_addr_table(addr, size))
+        .filter(|&e| e != 0)
+        .collect();
+    if entries.is_empty() {
+        return vec![];
+    }
+    entries.sort_unstable();
+    entries.dedup();
+    let mut out: Vec<u64> = funcs
+        .iter()
+        .copied()
+        .filter(|&f| {
+            // The nearest entry at or before the function start.
+            let k = entries.partition_point(|&e| e <= f);
+            let Some(&e) = k.checked_sub(1).map(|k| &entries[k]) else {
+                return false;
+            };
+            f - e <= MAX_PREFIX
+                && (e..f)
+                    // SAFETY: the bytes between a listed patchable entry
+                    // and a sled function at most 24 bytes later are the
+                    // object's mapped text (prefix NOPs or code).
+                    .all(|a| unsafe { core::ptr::read_volatile(a as *const u8) } == 0x90)
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The 8-byte addresses (relocated in memory) of an allocated table at
+/// run-time address `addr`: the `fntrace_off` table (functions marked
+/// `#[instrument_fn = "off"]`) or `__patchable_function_entries`.
+fn read_addr_table(addr: u64, size: u64) -> Vec<u64> {
     (0..size / 8)
-        // SAFETY: the section is allocated (it holds statics) and mapped.
+        // SAFETY: both sections are allocated (SHF_ALLOC: statics, or the
+        // entries' addresses) and mapped with their object.
         .map(|i| unsafe { ((addr + 8 * i) as *const u64).read_unaligned() })
         .collect()
 }
@@ -195,9 +256,15 @@ pub fn patched_functions() -> Vec<String> {
 }
 
 /// Demangled names of the sled functions of `o` (runtime start address,
-/// name), from the object's symbol tables.
+/// name), from the object's symbol tables; functions left to their
+/// patchable entry (never patched here) are not listed.
 pub fn function_names(o: &XObject) -> Vec<(u64, String)> {
-    let funcs: std::collections::HashSet<u64> = o.funcs.iter().copied().collect();
+    let funcs: std::collections::HashSet<u64> = o
+        .funcs
+        .iter()
+        .copied()
+        .filter(|f| o.sited.binary_search(f).is_err())
+        .collect();
     crate::filter::module_functions(&o.path, o.bias)
         .into_iter()
         .filter(|f| funcs.contains(&f.0))
@@ -233,7 +300,9 @@ fn patch_object(
     let todo: Vec<usize> = (0..o.sleds.len())
         .filter(|&i| {
             let s = &o.sleds[i];
-            s.kind <= kind::LOG_ARGS && pick(s) && !(on && o.off.contains(&s.func))
+            s.kind <= kind::LOG_ARGS
+                && pick(s)
+                && !(on && (o.off.contains(&s.func) || o.sited.binary_search(&s.func).is_ok()))
         })
         .collect();
     let ranges: Vec<(u64, u64)> = todo.iter().map(|&i| (o.sleds[i].addr, 11)).collect();
@@ -333,4 +402,28 @@ pub fn max_function_id() -> usize {
     scan();
     let objs = OBJECTS.lock().unwrap_or_else(|e| e.into_inner());
     objs.first().map(|o| o.funcs.len()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_patchable_entry;
+
+    #[test]
+    fn sled_functions_with_a_patchable_entry() {
+        // Code: f1 behind 8 prefix NOPs (rustc 10,8), f2 with its entry at
+        // its start (N,0), f3 right after f2's entry but with code between
+        // (not f2's prefix), f4 with no entry at all.
+        let mut code = vec![0xccu8; 256];
+        code[8..16].fill(0x90); // prefix of f1 at 16
+        code[16..18].copy_from_slice(&[0x66, 0x90]);
+        code[64..69].fill(0x90); // entry of f2 at 64
+        code[69] = 0xc3;
+        let base = code.as_ptr() as u64;
+        let (f1, f2, f3, f4) = (base + 16, base + 64, base + 72, base + 128);
+        // Unsorted, with a duplicate and a NULL (a dropped function).
+        let table: [u64; 4] = [f2, base + 8, 0, f2];
+        let secs = [(table.as_ptr() as u64, 32)];
+        assert_eq!(with_patchable_entry(&[f4, f3, f2, f1], &secs), vec![f1, f2]);
+        assert!(with_patchable_entry(&[f1], &[]).is_empty());
+    }
 }

@@ -50,10 +50,15 @@ pub struct ObjectSleds {
     /// Run-time address and size of its `fntrace_off` table (function
     /// addresses written by `#[instrument_fn = "off"]`), if it has one.
     pub off_table: Option<(u64, u64)>,
+    /// Run-time address and size of each of its
+    /// `__patchable_function_entries` sections (8-byte addresses of
+    /// patchable entries; a link may keep several).
+    pub patchable: Vec<(u64, u64)>,
 }
 
 /// The sleds of one object, or `None` if it has no `xray_instr_map`. The
-/// file is parsed once, for the sleds and the `fntrace_off` table.
+/// file is parsed once, for the sleds, the `fntrace_off` table and the
+/// patchable entries.
 pub fn read(path: &Path, bias: u64) -> Option<ObjectSleds> {
     use object::Object;
     let map = crate::procinfo::FileMap::open(path)?;
@@ -63,9 +68,15 @@ pub fn read(path: &Path, bias: u64) -> Option<ObjectSleds> {
     let off_table = obj
         .section_by_name("fntrace_off")
         .map(|s| (s.address().wrapping_add(bias), s.size()));
+    let patchable = obj
+        .sections()
+        .filter(|s| s.name() == Ok("__patchable_function_entries"))
+        .map(|s| (s.address().wrapping_add(bias), s.size()))
+        .collect();
     Some(ObjectSleds {
         sleds: parse(data, sec.address(), bias),
         off_table,
+        patchable,
     })
 }
 
