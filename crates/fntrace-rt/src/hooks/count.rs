@@ -9,11 +9,16 @@
 use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-/// Slots per thread table (reserved, not committed: 24 MiB of address
-/// space, pages touched only as arcs land in them).
-pub(crate) const SLOTS: usize = 1 << 20;
-/// Probes before an arc is given up as lost (the table is nearly full).
+/// Slots of a thread's first table (96 KiB of slots: it stays in the
+/// caches and touches few pages); a table grows 4× when half full.
+const FIRST_SLOTS: usize = 1 << 14;
+/// Slots of the largest table (16 M arcs per thread).
+const MAX_SLOTS: usize = 1 << 24;
+/// Probes before an arc is given up as lost (the largest table is
+/// nearly full).
 const MAX_PROBES: usize = 64;
+/// Probes the assembly fast path makes before taking the full path.
+pub(crate) const FAST_PROBES: u32 = 4;
 
 pub(crate) static COUNT_MODE: AtomicBool = AtomicBool::new(false);
 static TABLES: AtomicPtr<Table> = AtomicPtr::new(ptr::null_mut());
@@ -31,19 +36,26 @@ struct Slot {
     count: u64,
 }
 
-/// A thread's arc table.
+/// A thread's arc table: this header, then (at [`SLOTS_OFFSET`]) its
+/// slots, then the indices of the slots in use, in one anonymous mapping.
 #[repr(C)]
 pub(crate) struct Table {
     next: *mut Table,
     /// Slots in use, listed in `used` (so finishing reads only those).
     nused: usize,
-    used: [u32; SLOTS],
-    slots: [Slot; SLOTS],
+    /// Slots - 1 (a power of two minus one).
+    mask: u64,
+    /// Replaced by a larger table holding the same arcs.
+    retired: AtomicBool,
+    used: *mut u32,
 }
 
-/// Byte offset of the slot array in a [`Table`] (for the assembly fast
-/// path in the trampolines).
-pub(crate) const SLOTS_OFFSET: usize = core::mem::offset_of!(Table, slots);
+/// Byte offset of the slots after a [`Table`] header (for the assembly
+/// fast path in the trampolines).
+pub(crate) const SLOTS_OFFSET: usize = 64;
+/// Byte offset of the mask in a [`Table`] (for the assembly fast path).
+pub(crate) const MASK_OFFSET: usize = core::mem::offset_of!(Table, mask);
+const _: () = assert!(core::mem::size_of::<Table>() <= SLOTS_OFFSET);
 /// The multiplier of the arc hash (shared with the assembly fast path).
 pub(crate) const HASH_K: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -60,52 +72,121 @@ pub(crate) fn init_from_env() {
     }
 }
 
-/// Counts one call along (`from`, `to`) in the table `*table` (created on
-/// first use).
+/// The first probe of arc (`from`, `to`) (the assembly fast path hashes
+/// the same way; probing is linear).
 #[inline(always)]
-pub(crate) fn count(table: &mut *mut Table, from: u64, to: u64) {
-    if table.is_null() && !create(table) {
-        LOST_ARCS.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    let mut i = (from.wrapping_mul(HASH_K) ^ to.rotate_left(17)) as usize >> 4;
+fn hash(from: u64, to: u64) -> usize {
+    // Multiplicative hashing: bits 32.. of the product depend on every
+    // bit of both addresses (a small table's mask keeps only low bits).
+    ((from ^ to.rotate_left(29)).wrapping_mul(HASH_K) >> 32) as usize
+}
+
+/// Slot `i` of table `t`.
+///
+/// # Safety
+/// `t` is a live table and `i <= mask`.
+#[inline(always)]
+unsafe fn slot(t: *mut Table, i: usize) -> *mut Slot {
+    // SAFETY: the caller's contract; the slots follow the header.
+    unsafe { t.cast::<u8>().add(SLOTS_OFFSET).cast::<Slot>().add(i) }
+}
+
+/// Adds `n` calls of (`from`, `to`) to table `t`; false if no slot was
+/// found within [`MAX_PROBES`].
+///
+/// # Safety
+/// `t` is a live table owned by the calling thread.
+unsafe fn add(t: *mut Table, from: u64, to: u64, n: u64) -> bool {
+    // SAFETY: the caller's contract.
+    let t = unsafe { &mut *t };
+    let mut i = hash(from, to);
     for _ in 0..MAX_PROBES {
-        i &= SLOTS - 1;
-        // SAFETY: `*table` is a live table created by `create` and owned
-        // by this thread; `i < SLOTS`.
-        let s = unsafe { &mut (*(*table)).slots[i] };
+        i &= t.mask as usize;
+        // SAFETY: `i <= mask`.
+        let s = unsafe { &mut *slot(t, i) };
         if s.count != 0 && s.from == from && s.to == to {
-            s.count += 1;
-            return;
+            s.count += n;
+            return true;
         }
         if s.count == 0 {
             s.from = from;
             s.to = to;
             // Written last: a reader at finish sees complete slots only.
             core::sync::atomic::compiler_fence(Ordering::Release);
-            s.count = 1;
-            // SAFETY: as above; at most SLOTS slots are ever taken.
-            unsafe {
-                let t = &mut *(*table);
-                t.used[t.nused] = i as u32;
-                core::sync::atomic::compiler_fence(Ordering::Release);
-                t.nused += 1;
-            }
-            return;
+            s.count = n;
+            // SAFETY: fewer than `mask + 1` slots are ever in use.
+            unsafe { t.used.add(t.nused).write(i as u32) };
+            core::sync::atomic::compiler_fence(Ordering::Release);
+            t.nused += 1;
+            return true;
         }
         i += 1;
     }
-    LOST_ARCS.fetch_add(1, Ordering::Relaxed);
+    false
 }
 
+/// Counts one call along (`from`, `to`) in the table `*table` (created on
+/// first use, grown when half full).
+#[inline(always)]
+pub(crate) fn count(table: &mut *mut Table, from: u64, to: u64) {
+    if table.is_null() && !create(table, FIRST_SLOTS) {
+        LOST_ARCS.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    // SAFETY: `*table` is this thread's live table.
+    unsafe {
+        let t = *table;
+        let added = add(t, from, to, 1) || (grow(table) && add(*table, from, to, 1));
+        if !added {
+            LOST_ARCS.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let t = *table;
+        if (*t).nused * 4 > (*t).mask as usize + 1 {
+            grow(table);
+        }
+    }
+}
+
+/// Replaces `*table` by a table 4× larger holding the same arcs; false
+/// (the table kept) at the largest size or when memory is refused.
 #[cold]
 #[inline(never)]
-fn create(table: &mut *mut Table) -> bool {
+fn grow(table: &mut *mut Table) -> bool {
+    let old = *table;
+    // SAFETY: `old` is this thread's live table.
+    let slots = unsafe { (*old).mask as usize + 1 };
+    if slots >= MAX_SLOTS {
+        return false;
+    }
+    let mut new = ptr::null_mut();
+    if !alloc(&mut new, slots * 4) {
+        return false;
+    }
+    // SAFETY: both tables are live; `old` is only read, `new` is not yet
+    // visible to any reader.
+    unsafe {
+        let o = &*old;
+        for k in 0..o.nused {
+            let s = &*slot(old, o.used.add(k).read() as usize);
+            add(new, s.from, s.to, s.count);
+        }
+        // Finishing skips retired tables; the new one is listed after.
+        o.retired.store(true, Ordering::Release);
+    }
+    publish(new);
+    *table = new;
+    true
+}
+
+/// Maps an empty table of `slots` slots into `*t` (not yet listed).
+fn alloc(t: &mut *mut Table, slots: usize) -> bool {
+    let len = SLOTS_OFFSET + slots * core::mem::size_of::<Slot>() + slots * 4;
     // SAFETY: a fresh anonymous mapping; zero pages are empty slots.
     let p = unsafe {
         libc::mmap(
             ptr::null_mut(),
-            core::mem::size_of::<Table>(),
+            len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
@@ -115,7 +196,22 @@ fn create(table: &mut *mut Table) -> bool {
     if p == libc::MAP_FAILED {
         return false;
     }
-    let t = p.cast::<Table>();
+    let n = p.cast::<Table>();
+    // SAFETY: the header lies at the start of our new mapping, and the
+    // index array after the slots, inside it.
+    unsafe {
+        (*n).mask = slots as u64 - 1;
+        (*n).used = p
+            .cast::<u8>()
+            .add(SLOTS_OFFSET + slots * core::mem::size_of::<Slot>())
+            .cast();
+    }
+    *t = n;
+    true
+}
+
+/// Lists table `t` for [`for_each_arc`].
+fn publish(t: *mut Table) {
     let mut head = TABLES.load(Ordering::Acquire);
     loop {
         // SAFETY: `t` is our new table; only this thread writes `next`
@@ -126,6 +222,16 @@ fn create(table: &mut *mut Table) -> bool {
             Err(h) => head = h,
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn create(table: &mut *mut Table, slots: usize) -> bool {
+    let mut t = ptr::null_mut();
+    if !alloc(&mut t, slots) {
+        return false;
+    }
+    publish(t);
     *table = t;
     true
 }
@@ -137,15 +243,53 @@ pub(crate) fn for_each_arc(mut f: impl FnMut(u64, u64, u64)) {
         // SAFETY: tables are never freed; slots are read racily with their
         // owners, and a slot's count is only set after its key.
         unsafe {
-            let n = ptr::read_volatile(&(*t).nused).min(SLOTS);
-            for k in 0..n {
-                let s = &(*t).slots[(*t).used[k] as usize];
-                let c = ptr::read_volatile(&s.count);
-                if c != 0 {
-                    f(s.from, s.to, c);
+            if !(*t).retired.load(Ordering::Acquire) {
+                let n = ptr::read_volatile(&(*t).nused).min((*t).mask as usize + 1);
+                for k in 0..n {
+                    let s = &*slot(t, (*t).used.add(k).read() as usize);
+                    let c = ptr::read_volatile(&s.count);
+                    if c != 0 {
+                        f(s.from, s.to, c);
+                    }
                 }
             }
             t = (*t).next;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_grow_and_keep_every_arc() {
+        // 100,000 arcs (far past the first table's 4,096 slots), some from
+        // one call site to many callees, counted 1 to 3 times each.
+        let mut t: *mut Table = ptr::null_mut();
+        let base = 0x7f00_0000_0000u64;
+        let arc = |k: u64| (base + (k % 5000) * 5, 0x40_0000 + k * 16);
+        for round in 0..3u64 {
+            for k in 0..100_000u64 {
+                if k % 3 >= round {
+                    let (from, to) = arc(k);
+                    count(&mut t, from, to);
+                }
+            }
+        }
+        // SAFETY: the table is ours and live.
+        let slots = unsafe { (*t).mask + 1 };
+        assert!(slots >= 4 * 100_000, "{slots}");
+        let mut seen = std::collections::HashMap::new();
+        for_each_arc(|from, to, c| {
+            if (base..base + 5000 * 5).contains(&from) {
+                assert!(seen.insert((from, to), c).is_none(), "arc listed twice");
+            }
+        });
+        assert_eq!(seen.len(), 100_000);
+        for k in 0..100_000u64 {
+            assert_eq!(seen[&arc(k)], 1 + k % 3, "{k}");
+        }
+        assert_eq!(LOST_ARCS.load(Ordering::Relaxed), 0);
     }
 }

@@ -156,48 +156,59 @@ macro_rules! entry_trampoline {
             [$($args),+],
             [],
             [
-                // Counting mode fast path: one probe of the thread's arc
-                // table; a hit increments the count, anything else (no
-                // table yet, a new arc, a collision) takes the full path
-                // above. Uses rax, rcx, rdx, r11, saved here.
-                // `$count_args` loads rdx = call site and rcx = callee key
-                // (rsp + 32 is our return address).
+                // Counting mode fast path: up to FAST_PROBES linear probes
+                // of the thread's arc table; a hit increments the count,
+                // anything else (no table yet, a new arc, a long probe
+                // sequence) takes the full path above. Uses rax, rcx, rdx,
+                // rsi, r8, r11, saved here. `$count_args` loads rdx = call
+                // site and rcx = callee key (rsp + 48 is our return
+                // address).
                 "3:",
                 "push rax",
                 "push rcx",
                 "push rdx",
+                "push rsi",
+                "push r8",
                 "push r11",
                 $($count_args,)+
-                "mov rax, qword ptr fs:[0]",
-                "add rax, qword ptr [rip + fntrace_thread_state@GOTTPOFF]",
-                "mov rax, [rax + {arcs_off}]",
+                "mov rax, qword ptr [rip + fntrace_thread_state@GOTTPOFF]",
+                "mov rax, qword ptr fs:[rax + {arcs_off}]",
                 "test rax, rax",
                 "jz 4f",
-                // i = ((from * K) ^ rol(to, 17)) >> 4, masked.
-                "mov r11, {hash_k}",
-                "imul r11, rdx",
-                "push rcx",
-                "rol rcx, 17",
-                "xor r11, rcx",
-                "pop rcx",
-                "shr r11, 4",
-                "and r11, {mask}",
-                "lea r11, [r11 + r11 * 2]",
-                "lea rax, [rax + r11 * 8 + {slots_off}]",
-                "cmp qword ptr [rax + 16], 0",
+                // i = ((from ^ rol(to, 29)) * K) >> 32, as count::hash.
+                "mov r11, rcx",
+                "rol r11, 29",
+                "xor r11, rdx",
+                "mov rsi, {hash_k}",
+                "imul r11, rsi",
+                "shr r11, 32",
+                "mov esi, {probes}",
+                "5:",
+                "and r11, [rax + {mask_off}]",
+                "lea r8, [r11 + r11 * 2]",
+                "lea r8, [rax + r8 * 8 + {slots_off}]",
+                "cmp qword ptr [r8 + 16], 0",
                 "je 4f",
-                "cmp [rax], rdx",
-                "jne 4f",
-                "cmp [rax + 8], rcx",
-                "jne 4f",
-                "inc qword ptr [rax + 16]",
+                "cmp [r8], rdx",
+                "jne 6f",
+                "cmp [r8 + 8], rcx",
+                "jne 6f",
+                "inc qword ptr [r8 + 16]",
                 "pop r11",
+                "pop r8",
+                "pop rsi",
                 "pop rdx",
                 "pop rcx",
                 "pop rax",
                 "ret",
+                "6:",
+                "inc r11",
+                "dec esi",
+                "jnz 5b",
                 "4:",
                 "pop r11",
+                "pop r8",
+                "pop rsi",
                 "pop rdx",
                 "pop rcx",
                 "pop rax",
@@ -207,7 +218,8 @@ macro_rules! entry_trampoline {
             count_mode = sym super::count::COUNT_MODE,
             arcs_off = const recorder::ARCS_OFFSET,
             hash_k = const super::count::HASH_K,
-            mask = const super::count::SLOTS - 1,
+            probes = const super::count::FAST_PROBES,
+            mask_off = const super::count::MASK_OFFSET,
             slots_off = const super::count::SLOTS_OFFSET,
             session = sym recorder::SESSION,
             features = sym crate::filter::FEATURES,
@@ -235,7 +247,7 @@ pub unsafe extern "C" fn mcount() {
         // slot is 8 above the callee's frame pointer (rbp, untouched).
         "mov r8, qword ptr [rsp + 56]\n",
         "lea r9, [rbp + 8]\n",
-        ["mov rdx, [rbp + 8]", "mov rcx, [rsp + 32]"],
+        ["mov rdx, [rbp + 8]", "mov rcx, [rsp + 48]"],
         "mov rdi, [rbp + 8]",
         "mov rsi, [rbp]",
         "add rsi, 8"
@@ -270,7 +282,7 @@ pub unsafe extern "C" fn __fentry__() {
         // call, and the slot above it.
         "mov r8, qword ptr [rsp + 56]\nsub r8, 5\n",
         "lea r9, [rsp + 64]\n",
-        ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "sub rcx, 5"],
+        ["mov rdx, [rsp + 56]", "mov rcx, [rsp + 48]", "sub rcx, 5"],
         "mov rdi, [rbp + 8]",
         "sub rdi, 5",
         "lea rsi, [rbp + 16]",
