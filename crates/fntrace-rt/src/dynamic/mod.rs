@@ -193,10 +193,11 @@ fn discover(path: &std::path::Path, bias: u64) -> Option<Found> {
 fn read_code(a: u64, n: usize) -> Vec<u8> {
     // SAFETY: listed sites and the bytes around them are inside the
     // object's mapped text (the classifier reads at most 24 bytes after a
-    // site and 4 before it, all within its function or its padding).
-    (0..n as u64)
-        .map(|i| unsafe { core::ptr::read_volatile((a + i) as *const u8) })
-        .collect()
+    // site and 4 before it, all within its function or its padding; the
+    // hook-call scan reads at most 52 bytes from a function start, checked
+    // against the object's end). Nothing writes code while the patch lock
+    // is held, which the scan holds.
+    unsafe { core::slice::from_raw_parts(a as *const u8, n) }.to_vec()
 }
 
 /// Finds objects loaded since the last scan (and forgets unloaded ones),

@@ -204,7 +204,7 @@ fn plt_slot(plt: u64, code: &dyn Fn(u64, usize) -> Vec<u8>) -> Option<u64> {
 pub fn fentry_call(func: u64, code: &dyn Fn(u64, usize) -> Vec<u8>, slots: &[u64]) -> Option<Site> {
     let endbr = code(func, 4) == ENDBR64;
     let at = if endbr { func + 4 } else { func };
-    let (slot, len) = call_slot(at, code)?;
+    let (slot, len) = call_slot(at, &code(at, 6), code)?;
     slots.binary_search(&slot).ok()?;
     let fixup = if len == 6 { Fixup::Call6 } else { Fixup::Call5 };
     Some(Site {
@@ -244,14 +244,14 @@ fn movable_len(b: &[u8]) -> Option<usize> {
     }
 }
 
-/// The target slot of a call at `at` (`ff 15 <disp32>` through the GOT,
-/// or `e8 <rel32>` to a PLT entry) and the call's length.
-fn call_slot(at: u64, code: &dyn Fn(u64, usize) -> Vec<u8>) -> Option<(u64, u8)> {
-    let b = code(at, 6);
+/// The target slot of a call at `at` whose bytes start `b` (`ff 15
+/// <disp32>` through the GOT, or `e8 <rel32>` to a PLT entry, read with
+/// `code`) and the call's length.
+fn call_slot(at: u64, b: &[u8], code: &dyn Fn(u64, usize) -> Vec<u8>) -> Option<(u64, u8)> {
     let rel = |o: usize| -> Option<u64> {
         Some(i32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?) as i64 as u64)
     };
-    match b.as_slice() {
+    match b {
         [0xff, 0x15, ..] => Some(((at + 6).wrapping_add(rel(2)?), 6)),
         [0xe8, ..] => Some((plt_slot((at + 5).wrapping_add(rel(1)?), code)?, 5)),
         _ => None,
@@ -273,7 +273,7 @@ pub fn mcount_call(func: u64, code: &dyn Fn(u64, usize) -> Vec<u8>, slots: &[u64
     }
     let mut p = 0;
     while p < 40 {
-        if let Some((slot, call)) = call_slot(at + p as u64, code) {
+        if let Some((slot, call)) = call_slot(at + p as u64, b.get(p..)?, code) {
             slots.binary_search(&slot).ok()?;
             return Some(Site {
                 addr: at,
