@@ -270,8 +270,8 @@ macro_rules! fast_first {
 }
 pub(crate) use fast_first;
 
-/// Writes the word in rax (ecx bits) at the cursor and advances it; r8
-/// (entries) becomes `last_func`, rsi `last_tsc`.
+/// Writes the word in rax (ecx bits) at the cursor and advances it (the
+/// new position stays in rdx for [`fast_tail!`]); rsi becomes `last_tsc`.
 macro_rules! fast_store {
     () => {
         concat!(
@@ -299,9 +299,8 @@ pub(crate) use fast_store;
 macro_rules! fast_tail {
     ($done:expr, $bail:expr) => {
         concat!(
-            "mov rdx, qword ptr [r11 + ",
-            $crate::hooks::fast::t_pos!(),
-            "]\n",
+            // rdx: the new position, left by `fast_store!` (nothing
+            // between them touches rdx).
             "cmp rdx, qword ptr [r11 + ",
             $crate::hooks::fast::t_limit!(),
             "]\n",
