@@ -17,8 +17,6 @@ const MAX_SLOTS: usize = 1 << 24;
 /// Probes before an arc is given up as lost (the largest table is
 /// nearly full).
 const MAX_PROBES: usize = 64;
-/// Probes the assembly fast path makes before taking the full path.
-pub(crate) const FAST_PROBES: u32 = 4;
 
 pub(crate) static COUNT_MODE: AtomicBool = AtomicBool::new(false);
 static TABLES: AtomicPtr<Table> = AtomicPtr::new(ptr::null_mut());
@@ -48,6 +46,9 @@ pub(crate) struct Table {
     /// Replaced by a larger table holding the same arcs.
     retired: AtomicBool,
     used: *mut u32,
+    /// The end of the slots (for the assembly fast path, which probes
+    /// until a match, an empty slot or this end).
+    end: *mut u8,
 }
 
 /// Byte offset of the slots after a [`Table`] header (for the assembly
@@ -55,9 +56,13 @@ pub(crate) struct Table {
 pub(crate) const SLOTS_OFFSET: usize = 64;
 /// Byte offset of the mask in a [`Table`] (for the assembly fast path).
 pub(crate) const MASK_OFFSET: usize = core::mem::offset_of!(Table, mask);
+/// Byte offset of the end of the slots in a [`Table`] (for the assembly
+/// fast path).
+pub(crate) const END_OFFSET: usize = core::mem::offset_of!(Table, end);
 const _: () = assert!(core::mem::size_of::<Table>() <= SLOTS_OFFSET);
-/// The multiplier of the arc hash (shared with the assembly fast path).
-pub(crate) const HASH_K: u64 = 0x9E37_79B9_7F4A_7C15;
+/// The multiplier of the arc hash (shared with the assembly fast path,
+/// where it is an `imul` immediate: below 2^31).
+pub(crate) const HASH_K: u64 = 0x7FEB_352D;
 
 /// Turns counting mode on or off (before recording starts).
 pub fn set_count_mode(on: bool) {
@@ -201,6 +206,9 @@ fn alloc(t: &mut *mut Table, slots: usize) -> bool {
     // index array after the slots, inside it.
     unsafe {
         (*n).mask = slots as u64 - 1;
+        (*n).end = p
+            .cast::<u8>()
+            .add(SLOTS_OFFSET + slots * core::mem::size_of::<Slot>());
         (*n).used = p
             .cast::<u8>()
             .add(SLOTS_OFFSET + slots * core::mem::size_of::<Slot>())

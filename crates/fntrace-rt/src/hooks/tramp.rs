@@ -156,19 +156,18 @@ macro_rules! entry_trampoline {
             [$($args),+],
             [],
             [
-                // Counting mode fast path: up to FAST_PROBES linear probes
-                // of the thread's arc table; a hit increments the count,
-                // anything else (no table yet, a new arc, a long probe
-                // sequence) takes the full path above. Uses rax, rcx, rdx,
-                // rsi, r8, r11, saved here. `$count_args` loads rdx = call
-                // site and rcx = callee key (rsp + 48 is our return
+                // Counting mode fast path: linear probes of the thread's
+                // arc table until the arc, an empty slot (the table is
+                // never more than a quarter full) or the end of the slots;
+                // a hit increments the count, anything else (no table yet,
+                // a new arc, the end) takes the full path above. Uses rax,
+                // rcx, rdx, r11, saved here. `$count_args` loads rdx = call
+                // site and rcx = callee key (rsp + 32 is our return
                 // address).
                 "3:",
                 "push rax",
                 "push rcx",
                 "push rdx",
-                "push rsi",
-                "push r8",
                 "push r11",
                 $($count_args,)+
                 "mov rax, qword ptr [rip + fntrace_thread_state@GOTTPOFF]",
@@ -179,36 +178,30 @@ macro_rules! entry_trampoline {
                 "mov r11, rcx",
                 "rol r11, 29",
                 "xor r11, rdx",
-                "mov rsi, {hash_k}",
-                "imul r11, rsi",
+                "imul r11, r11, {hash_k}",
                 "shr r11, 32",
-                "mov esi, {probes}",
-                "5:",
                 "and r11, [rax + {mask_off}]",
-                "lea r8, [r11 + r11 * 2]",
-                "lea r8, [rax + r8 * 8 + {slots_off}]",
-                "cmp qword ptr [r8 + 16], 0",
+                "lea r11, [r11 + r11 * 2]",
+                "lea r11, [rax + r11 * 8 + {slots_off}]",
+                "5:",
+                "cmp qword ptr [r11 + 16], 0",
                 "je 4f",
-                "cmp [r8], rdx",
+                "cmp [r11], rdx",
                 "jne 6f",
-                "cmp [r8 + 8], rcx",
+                "cmp [r11 + 8], rcx",
                 "jne 6f",
-                "inc qword ptr [r8 + 16]",
+                "inc qword ptr [r11 + 16]",
                 "pop r11",
-                "pop r8",
-                "pop rsi",
                 "pop rdx",
                 "pop rcx",
                 "pop rax",
                 "ret",
                 "6:",
-                "inc r11",
-                "dec esi",
-                "jnz 5b",
+                "add r11, 24",
+                "cmp r11, [rax + {end_off}]",
+                "jb 5b",
                 "4:",
                 "pop r11",
-                "pop r8",
-                "pop rsi",
                 "pop rdx",
                 "pop rcx",
                 "pop rax",
@@ -218,7 +211,7 @@ macro_rules! entry_trampoline {
             count_mode = sym super::count::COUNT_MODE,
             arcs_off = const recorder::ARCS_OFFSET,
             hash_k = const super::count::HASH_K,
-            probes = const super::count::FAST_PROBES,
+            end_off = const super::count::END_OFFSET,
             mask_off = const super::count::MASK_OFFSET,
             slots_off = const super::count::SLOTS_OFFSET,
             session = sym recorder::SESSION,
@@ -247,7 +240,7 @@ pub unsafe extern "C" fn mcount() {
         // slot is 8 above the callee's frame pointer (rbp, untouched).
         "mov r8, qword ptr [rsp + 56]\n",
         "lea r9, [rbp + 8]\n",
-        ["mov rdx, [rbp + 8]", "mov rcx, [rsp + 48]"],
+        ["mov rdx, [rbp + 8]", "mov rcx, [rsp + 32]"],
         "mov rdi, [rbp + 8]",
         "mov rsi, [rbp]",
         "add rsi, 8"
@@ -282,7 +275,7 @@ pub unsafe extern "C" fn __fentry__() {
         // call, and the slot above it.
         "mov r8, qword ptr [rsp + 56]\nsub r8, 5\n",
         "lea r9, [rsp + 64]\n",
-        ["mov rdx, [rsp + 56]", "mov rcx, [rsp + 48]", "sub rcx, 5"],
+        ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "sub rcx, 5"],
         "mov rdi, [rbp + 8]",
         "sub rdi, 5",
         "lea rsi, [rbp + 16]",
