@@ -344,16 +344,16 @@ pub unsafe extern "C" fn fntrace_site_entry() {
             "xor r11d, r11d",
             "cmp dword ptr [rip + {word}], 0",
             "je 2f",
-            // Fast path (7 registers pushed): the function's start is
-            // stored 27 bytes after our return address, its slot is above
-            // that return address.
+            // Fast path (6 registers pushed: r11 is the answer, not
+            // preserved): the function's start is stored 27 bytes after
+            // our return address, its slot is above that return address.
             super::fast::fast_entry!(
-                super::fast::fast_push_args!(),
-                "mov r8, qword ptr [rsp + 56]\nmov r8, qword ptr [r8 + 27]\n",
+                "push rax\npush rdx\npush rcx\npush rsi\npush r8\npush r9\n",
+                "mov r8, qword ptr [rsp + 48]\nmov r8, qword ptr [r8 + 27]\n",
                 super::fast::check_restored!(),
-                super::fast::frame_hijack!("lea r9, [rsp + 64]\n"),
-                concat!(super::fast::fast_pop_args!(), "mov r11d, 1\nret\n"),
-                super::fast::fast_pop_args!()
+                super::fast::frame_hijack!("lea r9, [rsp + 56]\n"),
+                "pop r9\npop r8\npop rsi\npop rcx\npop rdx\npop rax\nmov r11d, 1\nret\n",
+                "pop r9\npop r8\npop rsi\npop rcx\npop rdx\npop rax\nxor r11d, r11d\n"
             )
         ],
         [
