@@ -7,31 +7,39 @@ use std::process::Command;
 
 mod common;
 
+/// `cargo fntrace ARGS` run in `proj`, with the caller's target directory
+/// and flags removed (and `env` added).
+fn cargo_fntrace(
+    proj: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_cargo-fntrace"))
+        .arg("fntrace")
+        .args(args)
+        .current_dir(proj)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// A fresh `demo` project (fib.rs) depending on the fntrace facade, with
+/// the preload library built next to the binaries.
+fn facade_project(dir: &std::path::Path) -> std::path::PathBuf {
+    common::preload();
+    let facade = concat!(env!("CARGO_MANIFEST_DIR"), "/../fntrace");
+    project(dir, &format!("fntrace = {{ path = \"{facade}\" }}"))
+}
+
 #[test]
 fn cargo_fntrace_run_mcount_records_a_fresh_project() {
-    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
     // The preload library must sit next to the binaries.
     common::preload();
     let d = tempfile::tempdir().unwrap();
-    let proj = d.path().join("demo");
-    std::fs::create_dir_all(proj.join("src")).unwrap();
-    std::fs::write(
-        proj.join("Cargo.toml"),
-        "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
-    )
-    .unwrap();
-    let fib = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/workloads/fib.rs"
-    );
-    std::fs::copy(fib, proj.join("src/main.rs")).unwrap();
-    let out = Command::new(&bin)
-        .args(["fntrace", "run", "--instrument=mcount", "--", "15"])
-        .current_dir(&proj)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .output()
-        .unwrap();
+    let proj = project(d.path(), "");
+    let out = cargo_fntrace(&proj, &["run", "--instrument=mcount", "--", "15"], &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "610\n");
@@ -70,7 +78,6 @@ fn project(dir: &std::path::Path, deps: &str) -> std::path::PathBuf {
 
 #[test]
 fn static_runtime_and_gprof_linking() {
-    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
     let d = tempfile::tempdir().unwrap();
     // The runtime linked in with the `compiler-hooks` feature: no preload.
     let facade = concat!(env!("CARGO_MANIFEST_DIR"), "/../fntrace");
@@ -85,14 +92,11 @@ fn static_runtime_and_gprof_linking() {
         format!("extern crate fntrace;\n{main}"),
     )
     .unwrap();
-    let out = Command::new(&bin)
-        .args(["fntrace", "run", "--instrument=mcount", "--", "15"])
-        .current_dir(&proj)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env("FNTRACE_PRELOAD", "/nonexistent/libfntrace_preload.so")
-        .output()
-        .unwrap();
+    let out = cargo_fntrace(
+        &proj,
+        &["run", "--instrument=mcount", "--", "15"],
+        &[("FNTRACE_PRELOAD", "/nonexistent/libfntrace_preload.so")],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "610\n");
@@ -114,13 +118,7 @@ fn static_runtime_and_gprof_linking() {
     // --gprof: glibc writes gmon.out itself, gprof reads the counts.
     let d2 = tempfile::tempdir().unwrap();
     let proj = project(d2.path(), "");
-    let out = Command::new(&bin)
-        .args(["fntrace", "build", "--instrument=mcount", "--gprof"])
-        .current_dir(&proj)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .output()
-        .unwrap();
+    let out = cargo_fntrace(&proj, &["build", "--instrument=mcount", "--gprof"], &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -149,11 +147,8 @@ fn static_runtime_and_gprof_linking() {
 
 #[test]
 fn cargo_fntrace_xray_and_fentry_never_patch_functions_marked_off() {
-    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
-    common::preload();
     let d = tempfile::tempdir().unwrap();
-    let facade = concat!(env!("CARGO_MANIFEST_DIR"), "/../fntrace");
-    let proj = project(d.path(), &format!("fntrace = {{ path = \"{facade}\" }}"));
+    let proj = facade_project(d.path());
     std::fs::write(
         proj.join("src/main.rs"),
         r#"use std::hint::black_box;
@@ -182,19 +177,11 @@ fn main() {
     )
     .unwrap();
     for mode in ["xray", "fentry"] {
-        let out = Command::new(&bin)
-            .args([
-                "fntrace",
-                "run",
-                &format!("--instrument={mode}"),
-                "--",
-                "10",
-            ])
-            .current_dir(&proj)
-            .env_remove("CARGO_TARGET_DIR")
-            .env_remove("RUSTFLAGS")
-            .output()
-            .unwrap();
+        let out = cargo_fntrace(
+            &proj,
+            &["run", &format!("--instrument={mode}"), "--", "10"],
+            &[],
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{mode}: {err}");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "220\n", "{mode}");
@@ -216,7 +203,6 @@ fn main() {
 
 #[test]
 fn cargo_fntrace_test_gives_each_test_binary_its_own_trace() {
-    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
     common::preload();
     let d = tempfile::tempdir().unwrap();
     let proj = project(d.path(), "");
@@ -236,13 +222,7 @@ fn fib_works() { assert_eq!(fib(10), 55); }
         "#[test]\nfn trivial() { assert_eq!(1 + 1, 2); }\n",
     )
     .unwrap();
-    let out = Command::new(&bin)
-        .args(["fntrace", "test", "--instrument=mcount"])
-        .current_dir(&proj)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .output()
-        .unwrap();
+    let out = cargo_fntrace(&proj, &["test", "--instrument=mcount"], &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let traces: Vec<String> = std::fs::read_dir(proj.join("target/fntrace/mcount"))
@@ -274,11 +254,8 @@ fn fib_works() { assert_eq!(fib(10), 55); }
 /// patchable entry only.
 #[test]
 fn cargo_fntrace_xray_threshold_records_functions_marked_on() {
-    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cargo-fntrace"));
-    common::preload();
     let d = tempfile::tempdir().unwrap();
-    let facade = concat!(env!("CARGO_MANIFEST_DIR"), "/../fntrace");
-    let proj = project(d.path(), &format!("fntrace = {{ path = \"{facade}\" }}"));
+    let proj = facade_project(d.path());
     std::fs::write(
         proj.join("src/main.rs"),
         r#"use std::hint::black_box;
@@ -361,17 +338,11 @@ fn main() {
 "#,
     )
     .unwrap();
-    let out = Command::new(&bin)
-        .args([
-            "fntrace",
-            "run",
-            "--instrument=xray:instruction-threshold=200",
-        ])
-        .current_dir(&proj)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .output()
-        .unwrap();
+    let out = cargo_fntrace(
+        &proj,
+        &["run", "--instrument=xray:instruction-threshold=200"],
+        &[],
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "true\n");

@@ -512,56 +512,41 @@ fn record_time_filters_and_depth() {
 #[test]
 fn srcline_from_dwarf_names_inlined_frames() {
     let d = tempfile::tempdir().unwrap();
+    // `fntrace replay --srcline` of inline_srcline.c built as `name`.
+    let replay = |name: &str, flags: &[&str]| {
+        let bin = build(d.path(), "inline_srcline.c", name, flags);
+        assert_eq!(run_traced(d.path(), &bin, &["5"]), "17\n");
+        let out = Command::new(fntrace_bin())
+            .args(["replay", "--srcline"])
+            .arg(d.path().join("t.data"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let main_line = |text: &str| {
+        text.lines()
+            .find(|l| l.contains("main() {"))
+            .expect("main line")
+            .to_string()
+    };
     // -finstrument-functions: each function's own line.
-    let bin = build(
-        d.path(),
-        "inline_srcline.c",
-        "inl-cyg",
-        &["-finstrument-functions"],
-    );
-    assert_eq!(run_traced(d.path(), &bin, &["5"]), "17\n");
-    let out = Command::new(fntrace_bin())
-        .args(["replay", "--srcline"])
-        .arg(d.path().join("t.data"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = replay("inl-cyg", &["-finstrument-functions"]);
     assert!(
         text.contains("outer() { /* ") && text.contains("inline_srcline.c:5 */"),
         "{text}"
     );
-    // -pg, calls kept (FNTRACE_KEEP_CALLS=1, see `run_traced`): the
-    // function is known by mcount's return address, which lies in atoi,
-    // inlined into main. (Rewritten into a site, the key is main's start,
-    // checked just below.)
-    let bin = build(d.path(), "inline_srcline.c", "inl-pg", &["-pg"]);
-    assert_eq!(run_traced(d.path(), &bin, &["5"]), "17\n");
-    let out = Command::new(fntrace_bin())
-        .args(["replay", "--srcline"])
-        .arg(d.path().join("t.data"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let main = text
-        .lines()
-        .find(|l| l.contains("main() {"))
-        .expect("main line");
+    // -pg, the call rewritten into a site: main is known by its start.
+    let text = replay("inl-pg", &["-pg"]);
+    let main = main_line(&text);
     assert!(
         main.contains("inline_srcline.c:6") && !main.contains("inlined"),
         "{text}"
     );
-    let bin = build(d.path(), "inline_srcline.c", "inl-pg-hijack", &["-pg"]);
-    assert_eq!(run_traced(d.path(), &bin, &["5"]), "17\n");
-    let out = Command::new(fntrace_bin())
-        .args(["replay", "--srcline"])
-        .arg(d.path().join("t.data"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let main = text
-        .lines()
-        .find(|l| l.contains("main() {"))
-        .expect("main line");
+    // -pg, calls kept (FNTRACE_KEEP_CALLS=1, see `run_traced`): main is
+    // known by mcount's return address, which lies in atoi, inlined into
+    // main.
+    let text = replay("inl-pg-hijack", &["-pg"]);
+    let main = main_line(&text);
     assert!(
         main.contains("inlined into main at ") && main.contains("inline_srcline.c:6"),
         "{text}"
