@@ -15,7 +15,7 @@ use fntrace_cli::commands::{SortKey, report_rows};
 use fntrace_format::Trace;
 
 mod common;
-use common::{FIB_C, FIB_RS, fntrace_bin, preload, tool as run};
+use common::{FIB_C, FIB_RS, fntrace_bin, tool as run};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dynamic");
 
@@ -52,17 +52,7 @@ fn gcc(dir: &Path, src: &str, name: &str, flags: &[&str]) -> PathBuf {
 /// `fntrace record -o DIR/t.data OPTS -- BIN ARGS`: (stdout, stderr, trace).
 fn record(dir: &Path, opts: &[&str], bin: &Path, args: &[&str]) -> (String, String, PathBuf) {
     let data = dir.join("t.data");
-    let out = Command::new(fntrace_bin())
-        .arg("record")
-        .arg("-o")
-        .arg(&data)
-        .args(opts)
-        .arg("--")
-        .arg(bin)
-        .args(args)
-        .env("FNTRACE_PRELOAD", preload())
-        .output()
-        .unwrap();
+    let out = common::record_cmd(&data, opts, bin, args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
     (String::from_utf8(out.stdout).unwrap(), err, data)
@@ -173,14 +163,8 @@ fn record_live_with(
     BufReader<std::process::ChildStdout>,
     u32,
 ) {
-    let mut child = Command::new(fntrace_bin())
-        .args(["record", "-o"])
-        .arg(data)
-        .args(opts)
-        .arg("--")
-        .arg(bin)
+    let mut child = common::record_cmd(data, opts, bin, &[])
         .envs(env.iter().copied())
-        .env("FNTRACE_PRELOAD", preload())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

@@ -58,14 +58,8 @@ fn run_traced(dir: &Path, bin: &Path, args: &[&str]) -> String {
     let hijack = bin
         .file_name()
         .is_some_and(|n| n.to_string_lossy().contains("hijack"));
-    let out = Command::new(fntrace_bin())
-        .args(["record", "-o"])
-        .arg(dir.join("t.data"))
-        .arg("--")
-        .arg(bin)
-        .args(args)
+    let out = common::record_cmd(&dir.join("t.data"), &[], bin, args)
         .env("FNTRACE_KEEP_CALLS", if hijack { "1" } else { "" })
-        .env("FNTRACE_PRELOAD", preload())
         .output()
         .unwrap();
     assert!(

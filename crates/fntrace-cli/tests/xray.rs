@@ -18,16 +18,7 @@ const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xray");
 
 fn record(dir: &Path, bin: &Path, args: &[&str]) -> (String, PathBuf) {
     let data = dir.join("t.data");
-    let out = Command::new(fntrace_bin())
-        .arg("record")
-        .arg("-o")
-        .arg(&data)
-        .arg("--")
-        .arg(bin)
-        .args(args)
-        .env("FNTRACE_PRELOAD", preload())
-        .output()
-        .unwrap();
+    let out = common::record_cmd(&data, &[], bin, args).output().unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -44,6 +44,26 @@ pub fn preload() -> PathBuf {
     .clone()
 }
 
+/// `fntrace record -o DATA OPTS -- BIN ARGS` with this profile's preload
+/// library, ready to run.
+pub fn record_cmd(
+    data: &std::path::Path,
+    opts: &[&str],
+    bin: &std::path::Path,
+    args: &[&str],
+) -> Command {
+    let mut c = Command::new(fntrace_bin());
+    c.arg("record")
+        .arg("-o")
+        .arg(data)
+        .args(opts)
+        .arg("--")
+        .arg(bin)
+        .args(args)
+        .env("FNTRACE_PRELOAD", preload());
+    c
+}
+
 /// Runs a build tool (`RUSTC_BOOTSTRAP=1` set for rustc's `-Z` flags) and
 /// returns its standard output; a missing tool or a failure fails the
 /// test, naming it.
