@@ -1758,11 +1758,15 @@ fn preload_runtime_present() -> bool {
 /// Keeps an inherited profiling timer from killing the process while the
 /// runtime starts. A `gcc -pg` program that `exec`s keeps its
 /// `ITIMER_PROF` timer running into the new image, whose `SIGPROF`
-/// handler glibc installs only in the program's own start-up code, after
-/// ours: a tick during our start-up would find the default action and
-/// terminate the process. While the guard lives, `SIGPROF` is ignored (if
-/// its action was the default and the timer is armed); the default comes
-/// back when it is dropped. A lost tick only loses one histogram sample.
+/// handler glibc installs only in the program's own start-up code
+/// (`__monstartup`, called from the executable's `_init`), after ours: a
+/// tick during our start-up, or between its end and `__monstartup`, would
+/// find the default action and terminate the process. While the timer is
+/// armed and the action is the default, `SIGPROF` is ignored. If the new
+/// image calls `__monstartup` itself, it stays ignored until glibc
+/// replaces the action with its own handler (a lost tick only loses one
+/// histogram sample); otherwise the default comes back when the guard is
+/// dropped, so a program that would have died of the signal still does.
 struct ProfTimerGuard(bool);
 
 impl ProfTimerGuard {
@@ -1784,7 +1788,7 @@ impl ProfTimerGuard {
             }
             libc::signal(libc::SIGPROF, libc::SIG_IGN);
         }
-        ProfTimerGuard(true)
+        ProfTimerGuard(!main_image_starts_gmon())
     }
 }
 
@@ -1795,6 +1799,20 @@ impl Drop for ProfTimerGuard {
             unsafe { libc::signal(libc::SIGPROF, libc::SIG_DFL) };
         }
     }
+}
+
+/// Whether the main executable imports `__monstartup` (it was linked with
+/// `-pg`, and its start-up code installs glibc's `SIGPROF` handler).
+fn main_image_starts_gmon() -> bool {
+    use object::{Object as _, ObjectSymbol as _};
+    let Some(map) = crate::procinfo::FileMap::open(std::path::Path::new("/proc/self/exe")) else {
+        return false;
+    };
+    let Ok(obj) = object::File::parse(map.as_slice()) else {
+        return false;
+    };
+    obj.dynamic_symbols()
+        .any(|s| s.is_undefined() && s.name() == Ok("__monstartup"))
 }
 
 fn init_from_env_once() {

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/time.h>
 #define NI __attribute__((noinline, noipa))
 NI unsigned long fib(unsigned long n) { if (n < 2) return n; return fib(n - 1) + fib(n - 2); }
 NI void *worker(void *arg) { return (void *)fib((unsigned long)arg); }
@@ -23,6 +25,20 @@ int main(int argc, char **argv) {
         int st; waitpid(p, &st, 0);
         printf("parent %lu\n", fib(12));
     } else if (mode[0] == 'e') {
+        printf("before exec %lu\n", fib(5));
+        fflush(stdout);
+        execl(argv[0], argv[0], "x", (char *)0);
+        return 1;
+    } else if (mode[0] == 'p') {
+        /* exec with a fast profiling timer (a -pg image's, 1 ms instead of
+           10 ms): the new image must not die of SIGPROF before glibc
+           installs its handler again. */
+        struct sigaction sa;
+        sigaction(SIGPROF, 0, &sa);
+        if (sa.sa_handler != SIG_DFL) {
+            struct itimerval it = {{0, 1000}, {0, 1000}};
+            setitimer(ITIMER_PROF, &it, 0);
+        }
         printf("before exec %lu\n", fib(5));
         fflush(stdout);
         execl(argv[0], argv[0], "x", (char *)0);
