@@ -71,6 +71,15 @@ fn run_traced(dir: &Path, bin: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The traces of forked children and exec'd images (`DIR/t.data.PID`).
+fn child_traces(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .filter(|p| p.to_str().unwrap().contains("t.data."))
+        .collect()
+}
+
 /// Calls per function name, and calls without a recorded exit.
 fn summary(path: &Path) -> (HashMap<String, u64>, u64) {
     let t = Trace::open(path).unwrap();
@@ -220,22 +229,15 @@ fn eight_threads_fork_exec_and_deep_recursion() {
         }
         assert_eq!(workers, 8, "{name}");
         // fork: the child writes t.data.PID.
-        for f in std::fs::read_dir(d.path()).unwrap() {
-            let p = f.unwrap().path();
-            if p.to_str().unwrap().contains("t.data.") {
-                std::fs::remove_file(p).unwrap();
-            }
+        for p in child_traces(d.path()) {
+            std::fs::remove_file(p).unwrap();
         }
         let out = run_traced(d.path(), &bin, &["fork"]);
         assert_eq!(out, run_plain(&bin, &["fork"]), "{name}");
         let (m, inc) = summary(&d.path().join("t.data"));
         assert_eq!(calls(&m, "fib"), 465, "{name}: parent {m:?}");
         assert_eq!(inc, 0);
-        let child: Vec<_> = std::fs::read_dir(d.path())
-            .unwrap()
-            .map(|f| f.unwrap().path())
-            .filter(|p| p.to_str().unwrap().contains("t.data."))
-            .collect();
+        let child = child_traces(d.path());
         assert_eq!(child.len(), 1, "{name}: child traces {child:?}");
         let (m, _) = summary(&child[0]);
         assert_eq!(calls(&m, "in_child"), 1, "{name}: child {m:?}");
@@ -246,11 +248,7 @@ fn eight_threads_fork_exec_and_deep_recursion() {
         assert_eq!(out, "before exec 5\nafter exec 21\n", "{name}");
         let (m, _) = summary(&d.path().join("t.data"));
         assert_eq!(calls(&m, "fib"), 15, "{name}: before exec {m:?}");
-        let after: Vec<_> = std::fs::read_dir(d.path())
-            .unwrap()
-            .map(|f| f.unwrap().path())
-            .filter(|p| p.to_str().unwrap().contains("t.data."))
-            .collect();
+        let after = child_traces(d.path());
         assert_eq!(after.len(), 1, "{name}: {after:?}");
         let (m, _) = summary(&after[0]);
         assert_eq!(calls(&m, "fib"), 67, "{name}: after exec {m:?}");
@@ -282,14 +280,11 @@ fn exec_with_a_running_profiling_timer() {
         for _ in 0..25 {
             let out = run_traced(d.path(), &bin, &["prof"]);
             assert_eq!(out, "before exec 5\nafter exec 21\n", "{name}");
-            for f in std::fs::read_dir(d.path()).unwrap() {
-                let p = f.unwrap().path();
-                if p.to_str().unwrap().contains("t.data.") {
-                    let (m, _) = summary(&p);
-                    assert_eq!(calls(&m, "fib"), 67, "{name}: after exec {m:?}");
-                    std::fs::remove_file(p).unwrap();
-                }
-            }
+            let after = child_traces(d.path());
+            assert_eq!(after.len(), 1, "{name}: {after:?}");
+            let (m, _) = summary(&after[0]);
+            assert_eq!(calls(&m, "fib"), 67, "{name}: after exec {m:?}");
+            std::fs::remove_file(&after[0]).unwrap();
         }
     }
 }
