@@ -575,9 +575,10 @@ enum ExportFormat {
     Xray,
     /// Chrome Trace Event JSON, for Perfetto UI and chrome://tracing.
     Chrome,
-    /// Collapsed stacks (self time in ns), for flame-graph tools.
+    /// Collapsed stacks (self time in ns), for flame-graph tools; stacks
+    /// deeper than 1,024 frames are cut there (their time is kept).
     Folded,
-    /// A flame graph (SVG).
+    /// A flame graph (SVG), of the same stacks.
     Flamegraph,
     /// One self-contained HTML page: summary, flame graph, top functions,
     /// call tree.

@@ -269,24 +269,30 @@ fn html_page_renders_the_flame_graph_in_headless_chromium() {
     );
 }
 
-#[test]
-fn replay_shows_arguments_return_values_and_markers() {
-    use fntrace_format::event::Framed;
-    use fntrace_format::layout::{
-        ChunkHeader, DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, Final, HEADER_SIZE, Header, META_TID,
-        VERSION_MAJOR, VERSION_MINOR,
-    };
-    use fntrace_format::writer::TraceBuilder;
-    let ch = |tid, seq| ChunkHeader {
+use fntrace_format::event::Framed;
+use fntrace_format::layout::{
+    ChunkHeader, DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, Final, HEADER_SIZE, Header, META_TID,
+    VERSION_MAJOR, VERSION_MINOR,
+};
+use fntrace_format::writer::TraceBuilder;
+
+/// Header of chunk `seq` of thread `tid`, started at call depth `depth`
+/// and TSC `base_tsc`.
+fn chunk_header(tid: u32, seq: u32, depth: u32, base_tsc: u64) -> ChunkHeader {
+    ChunkHeader {
         tid,
         seq,
-        depth: 0,
-        base_tsc: 1000,
+        depth,
+        base_tsc,
         base_mono_ns: 0,
         flags: 0,
         payload_len: 0,
         payload_crc: 0,
-    };
+    }
+}
+
+/// A synthetic trace (1 GHz clock, pid 7) whose metadata names `functions`.
+fn synthetic_trace(functions: &[(u64, &str)]) -> TraceBuilder {
     let mut b = TraceBuilder::new(Header {
         version_major: VERSION_MAJOR,
         version_minor: VERSION_MINOR,
@@ -299,8 +305,8 @@ fn replay_shows_arguments_return_values_and_markers() {
         start_realtime_ns: 0,
         pid: 7,
     });
-    let mut meta = b.new_chunk(&ch(META_TID, 0));
-    for (key, name) in [(0x10u64, "fib"), (0x20, "leaf")] {
+    let mut meta = b.new_chunk(&chunk_header(META_TID, 0, 0, 1000));
+    for &(key, name) in functions {
         assert!(meta.framed(&Framed::Site {
             key,
             prefix: b"",
@@ -311,7 +317,27 @@ fn replay_shows_arguments_return_values_and_markers() {
     }
     meta.seal();
     b.push_chunk(&meta);
-    let mut c = b.new_chunk(&ch(1, 0));
+    b
+}
+
+/// Finishes a synthetic trace cleanly and writes it to `path`.
+fn finish_trace(b: TraceBuilder, end_tsc: u64, path: &Path) {
+    let chunks = b.chunks();
+    let bytes = b.finish(&Final {
+        flags: FINAL_FLAG_CLEAN,
+        end_tsc,
+        end_mono_ns: 0,
+        tsc_hz: 1_000_000_000,
+        chunks,
+        lost_events: 0,
+    });
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn replay_shows_arguments_return_values_and_markers() {
+    let mut b = synthetic_trace(&[(0x10, "fib"), (0x20, "leaf")]);
+    let mut c = b.new_chunk(&chunk_header(1, 0, 0, 1000));
     assert!(c.entry(10, 0x10));
     assert!(c.framed(&Framed::Args { values: &[30, -1] }));
     assert!(c.entry(10, 0x20));
@@ -327,18 +353,9 @@ fn replay_shows_arguments_return_values_and_markers() {
     assert!(c.exit(10));
     c.seal();
     b.push_chunk(&c);
-    let chunks = b.chunks();
-    let bytes = b.finish(&Final {
-        flags: FINAL_FLAG_CLEAN,
-        end_tsc: 2000,
-        end_mono_ns: 0,
-        tsc_hz: 1_000_000_000,
-        chunks,
-        lost_events: 0,
-    });
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("a.data");
-    std::fs::write(&p, bytes).unwrap();
+    finish_trace(b, 2000, &p);
     let out = fntrace_ok(&["replay", "--color", "never", p.to_str().unwrap()]);
     let lines: Vec<&str> = out
         .lines()
@@ -377,4 +394,80 @@ fn replay_shows_arguments_return_values_and_markers() {
             .iter()
             .any(|e| e["ph"] == "i" && e["name"] == "net_rx")
     );
+}
+
+/// A recursion 20,000 deep with a leaf call at every level: `report` and
+/// the folded stacks stay fast and small (a calling-context tree, stacks
+/// cut at 1,024 frames, with a message), and the cut keeps every
+/// nanosecond of self time.
+#[test]
+fn deep_recursion_exports_are_cut_and_keep_the_time() {
+    const DEPTH: u32 = 20_000;
+    let mut b = synthetic_trace(&[(0x10, "rec"), (0x20, "leaf")]);
+    let (mut seq, mut depth, mut tsc) = (0, 0u32, 1000);
+    let mut c = b.new_chunk(&chunk_header(1, seq, depth, tsc));
+    // Each call to `rec` enters, calls `leaf` (10 ticks), then recurses;
+    // every record is 10 ticks after the one before.
+    let mut ops = vec![];
+    for _ in 0..DEPTH {
+        ops.extend([Some(0x10), Some(0x20), None]);
+    }
+    ops.extend((0..DEPTH).map(|_| None));
+    for op in ops {
+        let ok = |c: &mut fntrace_format::writer::ChunkBuf| match op {
+            Some(f) => c.entry(10, f),
+            None => c.exit(10),
+        };
+        if !ok(&mut c) {
+            c.seal();
+            b.push_chunk(&c);
+            seq += 1;
+            c = b.new_chunk(&chunk_header(1, seq, depth, tsc));
+            assert!(ok(&mut c));
+        }
+        tsc += 10;
+        match op {
+            Some(_) => depth += 1,
+            None => depth -= 1,
+        }
+    }
+    c.seal();
+    b.push_chunk(&c);
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("deep.data");
+    finish_trace(b, 1_000_000_000, &p);
+    let rep = fntrace_ok(&["report", p.to_str().unwrap(), "--format", "csv"]);
+    assert!(
+        rep.contains(&format!("\nrec,,{DEPTH},")) && rep.contains(&format!("\nleaf,,{DEPTH},")),
+        "{rep}"
+    );
+    let folded = d.path().join("deep.folded");
+    let out = Command::new(fntrace())
+        .args(["export", p.to_str().unwrap(), "--format", "folded", "-o"])
+        .arg(&folded)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    // 1,023 `rec` frames and the leaf under the deepest fit; the other
+    // (20,000 - 1,023) recs and leaves (minus the one kept) are cut.
+    let cut = 2 * (DEPTH as u64 - 1023) - 1;
+    assert!(
+        err.contains(&format!("the self time of {cut} deeper calls")),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let mut total = 0u64;
+    let mut deepest = 0;
+    for l in text.lines() {
+        let (stack, ns) = l.rsplit_once(' ').unwrap();
+        total += ns.parse::<u64>().unwrap();
+        deepest = deepest.max(stack.split(';').count());
+    }
+    assert_eq!(deepest, 1024);
+    // Every tick between the first entry and the last exit is some call's
+    // self time: 10 ticks per record after the first (1 GHz: 1 tick = 1 ns).
+    assert_eq!(total, 10 * (4 * DEPTH as u64 - 1), "{text:.300}");
+    // One stack per depth for `rec` and one for `leaf`.
+    assert_eq!(text.lines().count(), 2 * 1023 + 1);
 }
