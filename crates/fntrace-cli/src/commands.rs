@@ -699,12 +699,37 @@ struct GraphNode {
     children: HashMap<u64, usize>,
 }
 
+/// A caller context of matched calls: a node of the trie of call paths
+/// (node 0 is its root, above every thread's outermost call).
+struct Context {
+    parent: u32,
+    func: u64,
+    /// Matched calls whose backtrace ends here, and their time.
+    hits: u64,
+    ticks: u64,
+}
+
+/// An open call while the graph is built.
+struct GraphFrame {
+    func: u64,
+    start: u64,
+    /// Node inside a matched subtree.
+    node: Option<usize>,
+    /// Whether this call is the root of a matched subtree.
+    root: bool,
+    /// Its caller context, once a matched call below needed it.
+    ctx: Option<u32>,
+}
+
 /// The callers and callees of the functions `pattern` selects, aggregated
 /// over every outermost call of them on every thread.
 pub struct CallGraph {
     nodes: Vec<GraphNode>,
-    /// Caller paths above the matched calls (outermost first) → (hits, ticks).
-    backtraces: HashMap<Vec<u64>, (u64, u64)>,
+    /// The backtraces of matched calls as a trie (a parent always comes
+    /// before its children), so memory grows with the distinct paths, not
+    /// with their depth.
+    contexts: Vec<Context>,
+    context_index: HashMap<(u32, u64), u32>,
 }
 
 impl CallGraph {
@@ -714,17 +739,22 @@ impl CallGraph {
         let mut matches: HashMap<u64, bool> = HashMap::default();
         let mut g = CallGraph {
             nodes: vec![],
-            backtraces: HashMap::default(),
+            contexts: vec![Context {
+                parent: 0,
+                func: 0,
+                hits: 0,
+                ticks: 0,
+            }],
+            context_index: HashMap::default(),
         };
         // Root nodes per matched function.
         let mut roots: HashMap<u64, usize> = HashMap::default();
         for tid in trace.thread_ids() {
-            // (func, start, node inside a matched subtree, is the match root)
-            let mut stack: Vec<(u64, u64, Option<usize>, bool)> = vec![];
+            let mut stack: Vec<GraphFrame> = vec![];
             for ev in Events::new(trace, tid) {
                 match ev {
                     Event::Enter { func, tsc, .. } => {
-                        let parent = stack.last().and_then(|f| f.2);
+                        let parent = stack.last().and_then(|f| f.node);
                         let (node, root) = match parent {
                             Some(p) => {
                                 let n = match g.nodes[p].children.get(&func) {
@@ -763,23 +793,28 @@ impl CallGraph {
                                 }
                             }
                         };
-                        stack.push((func, tsc, node, root));
+                        stack.push(GraphFrame {
+                            func,
+                            start: tsc,
+                            node,
+                            root,
+                            ctx: None,
+                        });
                     }
                     Event::Exit { tsc, .. } => {
-                        let Some((_, start, node, root)) = stack.pop() else {
+                        let Some(f) = stack.pop() else {
                             continue;
                         };
-                        let dur = tsc.saturating_sub(start);
-                        if let Some(n) = node {
+                        let dur = tsc.saturating_sub(f.start);
+                        if let Some(n) = f.node {
                             g.nodes[n].calls += 1;
                             g.nodes[n].total += dur;
                         }
-                        if root {
-                            let mut path: Vec<u64> = stack.iter().map(|f| f.0).collect();
-                            path.push(g.nodes[node.unwrap()].func);
-                            let e = g.backtraces.entry(path).or_default();
-                            e.0 += 1;
-                            e.1 += dur;
+                        if f.root {
+                            let caller = g.context_of(&mut stack);
+                            let c = g.child_context(caller, f.func) as usize;
+                            g.contexts[c].hits += 1;
+                            g.contexts[c].ticks += dur;
                         }
                     }
                     Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
@@ -787,6 +822,49 @@ impl CallGraph {
             }
         }
         g
+    }
+
+    /// The context node of `func` called from context `parent`.
+    fn child_context(&mut self, parent: u32, func: u64) -> u32 {
+        let contexts = &mut self.contexts;
+        *self.context_index.entry((parent, func)).or_insert_with(|| {
+            contexts.push(Context {
+                parent,
+                func,
+                hits: 0,
+                ticks: 0,
+            });
+            (contexts.len() - 1) as u32
+        })
+    }
+
+    /// The context of the innermost open call of `stack` (the root if
+    /// none), computed from the innermost frame that knows its own and
+    /// remembered in every frame above it: each frame is resolved once,
+    /// however deep the stack.
+    fn context_of(&mut self, stack: &mut [GraphFrame]) -> u32 {
+        let known = stack.iter().rposition(|f| f.ctx.is_some());
+        let (mut c, from) = match known {
+            Some(i) => (stack[i].ctx.unwrap_or(0), i + 1),
+            None => (0, 0),
+        };
+        for f in &mut stack[from..] {
+            c = self.child_context(c, f.func);
+            f.ctx = Some(c);
+        }
+        c
+    }
+
+    /// The functions of context `c`, outermost first.
+    fn context_path(&self, mut c: u32) -> Vec<u64> {
+        let mut path = vec![];
+        while c != 0 {
+            let x = &self.contexts[c as usize];
+            path.push(x.func);
+            c = x.parent;
+        }
+        path.reverse();
+        path
     }
 
     /// Whether anything matched.
@@ -819,17 +897,32 @@ pub fn write_graph(
     let mut sym = Symbolizer::new(trace.metadata());
     match format {
         GraphFormat::Text => {
-            let mut bts: Vec<_> = g.backtraces.iter().collect();
-            bts.sort_by(|a, b| b.1.1.cmp(&a.1.1).then_with(|| a.0.cmp(b.0)));
+            // By time, then in the order first seen.
+            let mut bts: Vec<u32> = (1..g.contexts.len() as u32)
+                .filter(|&c| g.contexts[c as usize].hits > 0)
+                .collect();
+            bts.sort_by_key(|&c| std::cmp::Reverse(g.contexts[c as usize].ticks));
             writeln!(out, "========== BACKTRACE ==========")?;
-            for (i, (path, (hits, t))) in bts.iter().enumerate().take(20) {
+            for (i, &c) in bts.iter().enumerate().take(20) {
+                let x = &g.contexts[c as usize];
                 writeln!(
                     out,
-                    " backtrace #{i}: hit {hits}, time {}",
-                    fmt_ns(clock.ns(*t))
+                    " backtrace #{i}: hit {}, time {}",
+                    x.hits,
+                    fmt_ns(clock.ns(x.ticks))
                 )?;
-                for (k, f) in path.iter().enumerate() {
-                    writeln!(out, "   [{k}] {}", sym.name(*f))?;
+                // A run of the same function (recursion) is one line.
+                let path = g.context_path(c);
+                let mut k = 0;
+                while k < path.len() {
+                    let run = path[k..].iter().take_while(|&&f| f == path[k]).count();
+                    let name = sym.name(path[k]);
+                    if run == 1 {
+                        writeln!(out, "   [{k}] {name}")?;
+                    } else {
+                        writeln!(out, "   [{k}-{}] {name} (x{run})", k + run - 1)?;
+                    }
+                    k += run;
                 }
             }
             if bts.len() > 20 {
@@ -837,15 +930,11 @@ pub fn write_graph(
             }
             writeln!(out, "\n========== CALL GRAPH ==========")?;
             writeln!(out, "# {:>12}  {:>10}  FUNCTION", "TOTAL TIME", "CALLS")?;
-            fn walk(
-                out: &mut dyn Write,
-                g: &CallGraph,
-                sym: &mut Symbolizer,
-                clock: &Clock,
-                n: usize,
-                level: usize,
-                depth: Option<usize>,
-            ) -> io::Result<()> {
+            // Depth first, children by total time; iterative, since a
+            // recursion can be as deep as the trace.
+            let mut todo: Vec<(usize, usize)> =
+                g.roots().into_iter().rev().map(|r| (r, 0)).collect();
+            while let Some((n, level)) = todo.pop() {
                 let node = &g.nodes[n];
                 let prefix = if level == 0 {
                     String::new()
@@ -860,17 +949,11 @@ pub fn write_graph(
                     sym.name(node.func)
                 )?;
                 if depth.is_some_and(|d| level + 1 >= d) {
-                    return Ok(());
+                    continue;
                 }
                 let mut kids: Vec<usize> = node.children.values().copied().collect();
                 kids.sort_by_key(|&c| std::cmp::Reverse(g.nodes[c].total));
-                for c in kids {
-                    walk(out, g, sym, clock, c, level + 1, depth)?;
-                }
-                Ok(())
-            }
-            for r in g.roots() {
-                walk(out, g, &mut sym, &clock, r, 0, depth)?;
+                todo.extend(kids.into_iter().rev().map(|c| (c, level + 1)));
             }
         }
         GraphFormat::Dot => {
@@ -880,9 +963,16 @@ pub fn write_graph(
                     *edges.entry((n.func, g.nodes[c].func)).or_default() += g.nodes[c].calls;
                 }
             }
-            for (path, (hits, _)) in &g.backtraces {
-                for w in path.windows(2) {
-                    *edges.entry((w[0], w[1])).or_default() += hits;
+            // Caller edges: every backtrace through a context counts once
+            // on the edge into it (children come after their parents, so
+            // one backward pass sums them).
+            let mut through: Vec<u64> = g.contexts.iter().map(|c| c.hits).collect();
+            for c in (1..g.contexts.len()).rev() {
+                let x = &g.contexts[c];
+                let p = x.parent as usize;
+                through[p] += through[c];
+                if p != 0 {
+                    *edges.entry((g.contexts[p].func, x.func)).or_default() += through[c];
                 }
             }
             let mut edges: Vec<_> = edges.into_iter().collect();

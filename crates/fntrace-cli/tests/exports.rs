@@ -396,12 +396,12 @@ fn replay_shows_arguments_return_values_and_markers() {
     );
 }
 
-/// A recursion 20,000 deep with a leaf call at every level: `report` and
-/// the folded stacks stay fast and small (a calling-context tree, stacks
-/// cut at 1,024 frames, with a message), and the cut keeps every
-/// nanosecond of self time.
+/// A recursion 20,000 deep with a leaf call at every level: `report`,
+/// the folded stacks and `graph` stay fast and small (a calling-context
+/// tree, stacks cut at 1,024 frames, with a message, and the cut keeps
+/// every nanosecond of self time; backtraces in a trie).
 #[test]
-fn deep_recursion_exports_are_cut_and_keep_the_time() {
+fn deep_recursion_exports_and_graph_stay_small() {
     const DEPTH: u32 = 20_000;
     let mut b = synthetic_trace(&[(0x10, "rec"), (0x20, "leaf")]);
     let (mut seq, mut depth, mut tsc) = (0, 0u32, 1000);
@@ -470,4 +470,24 @@ fn deep_recursion_exports_are_cut_and_keep_the_time() {
     assert_eq!(total, 10 * (4 * DEPTH as u64 - 1), "{text:.300}");
     // One stack per depth for `rec` and one for `leaf`.
     assert_eq!(text.lines().count(), 2 * 1023 + 1);
+    // `graph leaf`: backtraces kept as a trie (the old per-path vectors
+    // needed O(depth) memory each), a recursion printed as one line.
+    let g = fntrace_ok(&["graph", "leaf", p.to_str().unwrap()]);
+    assert!(
+        g.contains(" backtrace #19: hit 1, time 10 ns\n   [0-19] rec (x20)\n   [20] leaf\n"),
+        "{g:.2000}"
+    );
+    assert!(
+        g.contains(&format!(" ... {} more backtraces", DEPTH - 20)),
+        "{g:.2000}"
+    );
+    let dot = fntrace_ok(&["graph", "leaf", p.to_str().unwrap(), "--format", "dot"]);
+    // Each backtrace counts once on every edge it goes through: the leaf
+    // at depth k passes k rec -> rec edges.
+    let through: u64 = (0..DEPTH as u64).sum();
+    assert!(
+        dot.contains("\"rec\" -> \"leaf\" [label=\"20000\"]")
+            && dot.contains(&format!("\"rec\" -> \"rec\" [label=\"{through}\"]")),
+        "{dot}"
+    );
 }
