@@ -111,37 +111,44 @@ impl OpenCalls {
 pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummary {
     let mut open = OpenCalls::default();
     let mut events = Events::new(trace, tid);
-    for ev in events.by_ref() {
-        match ev {
-            Event::Enter { func, tsc, depth } => {
-                v.enter(func, depth, tsc);
-                open.push(Open {
-                    func,
-                    start: tsc,
-                    children: 0,
-                });
-            }
-            Event::Exit { tsc, incomplete } => {
-                let Some((o, recursive)) = open.pop() else {
-                    continue;
-                };
-                let end = tsc.max(o.start);
-                let dur = end - o.start;
-                if let Some(p) = open.stack.last_mut() {
-                    p.children += dur;
-                }
-                v.call(&Call {
-                    func: o.func,
-                    depth: open.stack.len(),
-                    start: o.start,
-                    end,
-                    children: o.children,
-                    recursive,
-                    incomplete,
-                });
-            }
-            Event::Marker { tsc, name, text } => v.marker(&name, &text, tsc),
-            Event::Args(_) | Event::RetVal(_) => {}
+    let exit = |open: &mut OpenCalls, v: &mut dyn Visitor, tsc: u64, incomplete: bool| {
+        let Some((o, recursive)) = open.pop() else {
+            return;
+        };
+        let end = tsc.max(o.start);
+        let dur = end - o.start;
+        if let Some(p) = open.stack.last_mut() {
+            p.children += dur;
+        }
+        v.call(&Call {
+            func: o.func,
+            depth: open.stack.len(),
+            start: o.start,
+            end,
+            children: o.children,
+            recursive,
+            incomplete,
+        });
+    };
+    let enter = |open: &mut OpenCalls, v: &mut dyn Visitor, func: u64, tsc: u64, depth| {
+        v.enter(func, depth, tsc);
+        open.push(Open {
+            func,
+            start: tsc,
+            children: 0,
+        });
+    };
+    loop {
+        match events.step() {
+            Step::Enter { func, tsc, depth } => enter(&mut open, v, func, tsc, depth),
+            Step::Exit { tsc } => exit(&mut open, v, tsc, false),
+            Step::Other => match events.next() {
+                None => break,
+                Some(Event::Enter { func, tsc, depth }) => enter(&mut open, v, func, tsc, depth),
+                Some(Event::Exit { tsc, incomplete }) => exit(&mut open, v, tsc, incomplete),
+                Some(Event::Marker { tsc, name, text }) => v.marker(&name, &text, tsc),
+                Some(Event::Args(_) | Event::RetVal(_)) => {}
+            },
         }
     }
     events.into_summary()
@@ -191,6 +198,8 @@ pub struct Events<'t> {
     reader: ThreadReader<'t>,
     depth: usize,
     pending: std::collections::VecDeque<Event>,
+    /// An item [`Events::step`] read but left to [`Iterator::next`].
+    fetched: Option<Option<FastItem>>,
     done: bool,
     start_tsc: u64,
     sum: ThreadSummary,
@@ -203,6 +212,7 @@ impl<'t> Events<'t> {
             reader: trace.stream(tid),
             depth: 0,
             pending: Default::default(),
+            fetched: None,
             done: false,
             start_tsc: trace.header().start_tsc,
             sum: ThreadSummary {
@@ -300,18 +310,40 @@ impl<'t> Events<'t> {
     }
 }
 
-impl Iterator for Events<'_> {
-    type Item = Event;
+impl Events<'_> {
+    /// Counts a recorded entry; returns its depth.
+    fn entered(&mut self, tsc: u64) -> usize {
+        self.see(tsc);
+        self.sum.events += 1;
+        self.depth += 1;
+        self.depth - 1
+    }
 
-    fn next(&mut self) -> Option<Event> {
-        if let Some(e) = self.pending.pop_front() {
-            return Some(e);
-        }
-        if self.done {
-            return None;
+    fn enter(&mut self, func: u64, tsc: u64) -> Event {
+        let depth = self.entered(tsc);
+        Event::Enter { func, tsc, depth }
+    }
+
+    /// Everything but a plain entry or matched exit with nothing pending:
+    /// queued events, the end of the stream, unmatched exits, records and
+    /// gaps. `fetched` is an item [`Iterator::next`] already read (then
+    /// nothing was pending).
+    #[inline(never)]
+    fn next_slow(&mut self, mut fetched: Option<Option<FastItem>>) -> Option<Event> {
+        if fetched.is_none() {
+            if let Some(e) = self.pending.pop_front() {
+                return Some(e);
+            }
+            if self.done {
+                return None;
+            }
         }
         loop {
-            let Some(item) = self.reader.next_fast() else {
+            let item = match fetched.take() {
+                Some(item) => item,
+                None => self.reader.next_fast(),
+            };
+            let Some(item) = item else {
                 // Close what is still open at the last timestamp seen.
                 let end = self.sum.last_tsc;
                 while self.depth > 0 {
@@ -322,13 +354,7 @@ impl Iterator for Events<'_> {
                 return self.pending.pop_front();
             };
             match item {
-                FastItem::Entry { func, tsc } => {
-                    self.see(tsc);
-                    self.sum.events += 1;
-                    let depth = self.depth;
-                    self.depth += 1;
-                    return Some(Event::Enter { func, tsc, depth });
-                }
+                FastItem::Entry { func, tsc } => return Some(self.enter(func, tsc)),
                 FastItem::Exit { tsc } => {
                     self.see(tsc);
                     self.sum.events += 1;
@@ -346,6 +372,82 @@ impl Iterator for Events<'_> {
                 }
             }
         }
+    }
+}
+
+/// One step of [`Events::step`]: the two common events as plain values
+/// (no [`Event`] moves through memory), or `Other` when the next event is
+/// anything else (fetch it with [`Iterator::next`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Step {
+    /// A call was entered at `depth`.
+    Enter {
+        /// Function key.
+        func: u64,
+        /// Entry TSC.
+        tsc: u64,
+        /// Depth of the call.
+        depth: usize,
+    },
+    /// The innermost open call returned (a recorded exit).
+    Exit {
+        /// Exit TSC.
+        tsc: u64,
+    },
+    /// Call [`Iterator::next`] for the next event (or the end).
+    Other,
+}
+
+impl Events<'_> {
+    /// The next event if it is a plain entry or recorded exit; the same
+    /// sequence as [`Iterator::next`], faster for loops that handle those
+    /// two inline.
+    #[inline]
+    pub fn step(&mut self) -> Step {
+        if self.pending.is_empty() && !self.done && self.fetched.is_none() {
+            let item = self.reader.next_fast();
+            match item {
+                Some(FastItem::Entry { func, tsc }) => {
+                    let depth = self.entered(tsc);
+                    return Step::Enter { func, tsc, depth };
+                }
+                Some(FastItem::Exit { tsc }) if self.depth > 0 => {
+                    self.see(tsc);
+                    self.sum.events += 1;
+                    self.depth -= 1;
+                    return Step::Exit { tsc };
+                }
+                _ => self.fetched = Some(item),
+            }
+        }
+        Step::Other
+    }
+}
+
+impl Iterator for Events<'_> {
+    type Item = Event;
+
+    /// The common case (an entry, or the exit of an open call, with
+    /// nothing queued) is inlined into the caller's loop, so the event
+    /// stays in registers; the rest is [`Events::next_slow`].
+    #[inline]
+    fn next(&mut self) -> Option<Event> {
+        if let Some(item) = self.fetched.take() {
+            return self.next_slow(Some(item));
+        }
+        if self.pending.is_empty() && !self.done {
+            let item = self.reader.next_fast();
+            match item {
+                Some(FastItem::Entry { func, tsc }) => return Some(self.enter(func, tsc)),
+                Some(FastItem::Exit { tsc }) if self.depth > 0 => {
+                    self.see(tsc);
+                    self.sum.events += 1;
+                    return Some(self.exit(tsc, false));
+                }
+                _ => return self.next_slow(Some(item)),
+            }
+        }
+        self.next_slow(None)
     }
 }
 
