@@ -427,27 +427,21 @@ impl Events<'_> {
 impl Iterator for Events<'_> {
     type Item = Event;
 
-    /// The common case (an entry, or the exit of an open call, with
-    /// nothing queued) is inlined into the caller's loop, so the event
-    /// stays in registers; the rest is [`Events::next_slow`].
+    /// [`Events::step`]'s common case, inlined into the caller's loop;
+    /// the rest is [`Events::next_slow`].
     #[inline]
     fn next(&mut self) -> Option<Event> {
-        if let Some(item) = self.fetched.take() {
-            return self.next_slow(Some(item));
-        }
-        if self.pending.is_empty() && !self.done {
-            let item = self.reader.next_fast();
-            match item {
-                Some(FastItem::Entry { func, tsc }) => return Some(self.enter(func, tsc)),
-                Some(FastItem::Exit { tsc }) if self.depth > 0 => {
-                    self.see(tsc);
-                    self.sum.events += 1;
-                    return Some(self.exit(tsc, false));
-                }
-                _ => return self.next_slow(Some(item)),
+        match self.step() {
+            Step::Enter { func, tsc, depth } => Some(Event::Enter { func, tsc, depth }),
+            Step::Exit { tsc } => Some(Event::Exit {
+                tsc,
+                incomplete: false,
+            }),
+            Step::Other => {
+                let fetched = self.fetched.take();
+                self.next_slow(fetched)
             }
         }
-        self.next_slow(None)
     }
 }
 
