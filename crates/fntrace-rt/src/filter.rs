@@ -121,56 +121,6 @@ pub(crate) fn site_class(site: &crate::site::Site) -> u8 {
     c
 }
 
-/// Demangles a Rust or C++ symbol for matching.
-pub(crate) fn demangle(name: &str) -> String {
-    if let Ok(d) = rustc_demangle::try_demangle(name) {
-        return format!("{d:#}");
-    }
-    if name.starts_with("_Z") {
-        if let Ok(s) = cpp_demangle::Symbol::new(name) {
-            if let Ok(d) = s.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return d;
-            }
-        }
-    }
-    name.to_string()
-}
-
-/// The functions of a loaded object from its ELF symbol tables: run-time
-/// (start, end, demangled name), sorted by start; empty if the file cannot
-/// be read.
-pub(crate) fn module_functions(path: &std::path::Path, bias: u64) -> Vec<(u64, u64, String)> {
-    let mut v = module_symbols(path, bias);
-    for e in &mut v {
-        e.2 = demangle(&e.2);
-    }
-    v
-}
-
-/// [`module_functions`] with the names as the symbol tables spell them
-/// (demangling every symbol of a large program takes milliseconds).
-pub(crate) fn module_symbols(path: &std::path::Path, bias: u64) -> Vec<(u64, u64, String)> {
-    use object::{Object, ObjectSymbol};
-    let Some(map) = crate::procinfo::FileMap::open(path) else {
-        return vec![];
-    };
-    let Ok(obj) = object::File::parse(map.as_slice()) else {
-        return vec![];
-    };
-    let mut out = vec![];
-    for sym in obj.symbols().chain(obj.dynamic_symbols()) {
-        if sym.kind() != object::SymbolKind::Text || sym.address() == 0 {
-            continue;
-        }
-        let Ok(name) = sym.name() else { continue };
-        let s = sym.address().wrapping_add(bias);
-        out.push((s, s + sym.size().max(1), name.to_string()));
-    }
-    out.sort_by_key(|e| e.0);
-    out.dedup_by_key(|e| e.0);
-    out
-}
-
 /// Feature bit: `-A`/`-R` argument or return-value capture is configured.
 pub(crate) const FEAT_ARGS: u32 = 8;
 

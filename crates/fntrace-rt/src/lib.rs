@@ -27,6 +27,7 @@
 
 pub mod args;
 pub mod clock;
+pub mod config;
 #[cfg(feature = "compiler-hooks")]
 pub mod dynamic;
 pub mod filter;

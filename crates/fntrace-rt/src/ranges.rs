@@ -51,7 +51,7 @@ impl<T: Copy + 'static> RangeTable<T> {
                 continue;
             }
             scanned.push(start);
-            for (s, e, name) in crate::filter::module_functions(&path, bias) {
+            for (s, e, name) in crate::procinfo::module_functions(&path, bias) {
                 if let Some(v) = classify(&name) {
                     new.push((s, e, v));
                 }

@@ -242,7 +242,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             reg.none.push((start, path));
             continue;
         };
-        let names = crate::filter::module_symbols(&path, bias);
+        let names = crate::procinfo::module_symbols(&path, bias);
         let mut found = vec![];
         let mut skipped: Vec<String> = vec![];
         let mut calls = vec![];
@@ -467,7 +467,7 @@ fn name_of(o: &Object, func: u64) -> Option<&str> {
     let d = o.demangled.get_or_init(|| {
         o.names
             .iter()
-            .map(|n| crate::filter::demangle(&n.2))
+            .map(|n| crate::procinfo::demangle(&n.2))
             .collect()
     });
     Some(d[i].as_str())

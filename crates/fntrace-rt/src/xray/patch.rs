@@ -265,7 +265,7 @@ pub fn function_names(o: &XObject) -> Vec<(u64, String)> {
         .copied()
         .filter(|f| o.sited.binary_search(f).is_err())
         .collect();
-    crate::filter::module_functions(&o.path, o.bias)
+    crate::procinfo::module_functions(&o.path, o.bias)
         .into_iter()
         .filter(|f| funcs.contains(&f.0))
         .map(|f| (f.0, f.2))

@@ -1,9 +1,13 @@
 //! What the trace needs to know about the process: its loaded ELF objects
 //! (path, build id, load bias, extent) from `dl_iterate_phdr`, its command
 //! line, and thread ids and names. Used at session start and thread attach,
-//! never on the event hot path.
+//! never on the event hot path. Also the symbols of loaded objects
+//! ([`module_functions`], [`demangle`]).
 
 use std::ffi::CStr;
+
+mod symbols;
+pub use symbols::{demangle, module_functions, module_symbols};
 
 /// One loaded object, as [`for_each_module`] reports it.
 pub struct LoadedModule<'a> {

@@ -1,0 +1,496 @@
+//! The runtime's one configuration surface: every setting a session can
+//! start with ([`Config`]), the names of the `FNTRACE_*` environment
+//! variables that carry it (each defined here once), and the pure parsing
+//! of those variables and of the values they hold (sizes, `-A`/`-R`
+//! specs, patterns).
+//!
+//! A leaf: it imports nothing else of the runtime. Parsing has no side
+//! effects; `session::start` applies a [`Config`]. `fntrace record`
+//! builds a [`Config`] and hands it to the child with [`Config::to_env`];
+//! a session started at run time (attach) can take one directly.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// Output file; setting it makes any instrumented program record from its
+/// first instrumented call.
+pub const ENV_OUTPUT: &str = "FNTRACE_OUTPUT";
+/// Maximum trace size (bytes, or with a `K`, `M` or `G` suffix).
+pub const ENV_MAX_SIZE: &str = "FNTRACE_MAX_SIZE";
+/// `1`: create the output exclusively (if it exists, write `PATH.PID`)
+/// and let forked children record into `PATH.PID` (what `fntrace record`
+/// asks for).
+pub const ENV_EXCLUSIVE: &str = "FNTRACE_EXCLUSIVE";
+/// Maximum recorded call depth (`--depth`).
+pub const ENV_DEPTH: &str = "FNTRACE_DEPTH";
+/// `-F` patterns, one per line.
+pub const ENV_FILTER: &str = "FNTRACE_FILTER";
+/// `-N` patterns, one per line.
+pub const ENV_NOTRACE: &str = "FNTRACE_NOTRACE";
+/// `-P` patterns (functions whose patchable sites or XRay sleds are
+/// patched), one per line.
+pub const ENV_PATCH: &str = "FNTRACE_PATCH";
+/// `-A` specs, one per line.
+pub const ENV_ARGS: &str = "FNTRACE_ARGS";
+/// `-R` specs, one per line.
+pub const ENV_RETVAL: &str = "FNTRACE_RETVAL";
+/// `1`: counting mode (gprof-style arc counts, no timestamps).
+pub const ENV_COUNT: &str = "FNTRACE_COUNT";
+/// `-M` marker patterns, one per line.
+pub const ENV_MARKERS: &str = "FNTRACE_MARKERS";
+/// `1`: open the control socket of `fntrace live`.
+pub const ENV_CONTROL: &str = "FNTRACE_CONTROL";
+/// `1`: keep the `call mcount` (`gcc -pg`, `rustc -Zinstrument-mcount`)
+/// and `call __fentry__` (`gcc -pg -mfentry`) of instrumented functions
+/// (exits by return-address hijacking) instead of rewriting them into
+/// patchable sites with call wrappers.
+pub const ENV_KEEP_CALLS: &str = "FNTRACE_KEEP_CALLS";
+/// Where `fntrace record` finds `libfntrace_preload.so` (read by the CLI,
+/// not by the runtime).
+pub const ENV_PRELOAD: &str = "FNTRACE_PRELOAD";
+
+/// Default maximum trace size.
+pub const DEFAULT_MAX_SIZE: u64 = 16 << 30;
+
+/// Mask bit of a [`CaptureSpec`] for the return value (bits 0–5 are
+/// arguments 1–6).
+pub const CAPTURE_RETVAL: u8 = 0x80;
+
+/// One `-A`/`-R` spec: a function pattern (see [`pattern_regex`]) and
+/// what to capture (bits 0–5: arguments 1–6, [`CAPTURE_RETVAL`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureSpec {
+    /// The function pattern as written.
+    pub pattern: String,
+    /// What to capture.
+    pub mask: u8,
+}
+
+/// Everything a session starts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Output file (no session without one).
+    pub output: Option<PathBuf>,
+    /// Largest trace size; events past it are counted as lost.
+    pub max_size: u64,
+    /// Create the output exclusively (`PATH.PID` if it exists) and let
+    /// forked children record into `PATH.PID`.
+    pub exclusive: bool,
+    /// Maximum recorded call depth (0: no limit).
+    pub depth: u32,
+    /// `-F`: record only inside calls of functions matching these.
+    pub filter: Vec<String>,
+    /// `-N`: record nothing inside calls of functions matching these.
+    pub notrace: Vec<String>,
+    /// `-P`: patch only the sites and sleds of functions matching these.
+    pub patch: Vec<String>,
+    /// `-A`/`-R`: arguments and return values to capture.
+    pub capture: Vec<CaptureSpec>,
+    /// Counting mode.
+    pub count: bool,
+    /// `-M`: markers whose events are recorded.
+    pub markers: Vec<String>,
+    /// Open the control socket of `fntrace live`.
+    pub control: bool,
+    /// Keep `call mcount`/`call __fentry__` instead of rewriting them.
+    pub keep_calls: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            output: None,
+            max_size: DEFAULT_MAX_SIZE,
+            exclusive: false,
+            depth: 0,
+            filter: Vec::new(),
+            notrace: Vec::new(),
+            patch: Vec::new(),
+            capture: Vec::new(),
+            count: false,
+            markers: Vec::new(),
+            control: false,
+            keep_calls: false,
+        }
+    }
+}
+
+/// One variable whose value cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}={value:?}: {problem}")]
+pub struct InvalidVar {
+    /// The variable's name.
+    pub var: &'static str,
+    /// The value (or, for a list, the offending line).
+    pub value: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// Every invalid value found by [`Config::from_env`], and the
+/// configuration made of the valid rest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.invalid.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
+pub struct ConfigError {
+    /// The invalid values, in the order of the variables.
+    pub invalid: Vec<InvalidVar>,
+    /// The configuration without them.
+    pub usable: Box<Config>,
+}
+
+/// A bad `-A`/`-R` spec or size.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SpecError(pub String);
+
+impl Config {
+    /// Recording into `path` with every other setting at its default.
+    pub fn with_output(path: impl Into<PathBuf>) -> Config {
+        Config {
+            output: Some(path.into()),
+            ..Config::default()
+        }
+    }
+
+    /// Reads the `FNTRACE_*` variables of the process environment. No
+    /// side effects; every invalid value is reported with its variable.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_vars(|name| std::env::var_os(name))
+    }
+
+    /// [`Config::from_env`] over any source of variables.
+    pub fn from_vars(get: impl Fn(&str) -> Option<OsString>) -> Result<Config, ConfigError> {
+        let (cfg, invalid) = Config::parse_vars(get);
+        if invalid.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigError {
+                invalid,
+                usable: Box::new(cfg),
+            })
+        }
+    }
+
+    /// Parses every variable: the configuration of the valid values and
+    /// the list of invalid ones.
+    fn parse_vars(get: impl Fn(&str) -> Option<OsString>) -> (Config, Vec<InvalidVar>) {
+        let mut bad = Vec::new();
+        let mut invalid = |var: &'static str, value: &str, problem: String| {
+            bad.push(InvalidVar {
+                var,
+                value: value.to_string(),
+                problem,
+            })
+        };
+        let text = |var: &'static str, invalid: &mut dyn FnMut(&'static str, &str, String)| {
+            let v = get(var)?;
+            match v.into_string() {
+                Ok(s) => Some(s),
+                Err(v) => {
+                    invalid(var, &v.to_string_lossy(), "not valid UTF-8".into());
+                    None
+                }
+            }
+        };
+        let mut c = Config {
+            output: get(ENV_OUTPUT)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
+            ..Config::default()
+        };
+        if let Some(v) = text(ENV_MAX_SIZE, &mut invalid).filter(|v| !v.trim().is_empty()) {
+            match parse_size(&v) {
+                Some(n) => c.max_size = n,
+                None => invalid(
+                    ENV_MAX_SIZE,
+                    &v,
+                    "not a size (bytes, or a number with K, M or G)".into(),
+                ),
+            }
+        }
+        for (var, slot) in [
+            (ENV_EXCLUSIVE, &mut c.exclusive),
+            (ENV_COUNT, &mut c.count),
+            (ENV_CONTROL, &mut c.control),
+            (ENV_KEEP_CALLS, &mut c.keep_calls),
+        ] {
+            if let Some(v) = text(var, &mut invalid) {
+                match v.as_str() {
+                    "1" => *slot = true,
+                    "0" | "" => {}
+                    _ => invalid(var, &v, "expected 1 or 0".into()),
+                }
+            }
+        }
+        if let Some(v) = text(ENV_DEPTH, &mut invalid).filter(|v| !v.trim().is_empty()) {
+            match v.trim().parse::<u32>() {
+                Ok(d) => c.depth = d,
+                Err(_) => invalid(ENV_DEPTH, &v, "not a depth (0 to 4294967295)".into()),
+            }
+        }
+        for (var, list) in [
+            (ENV_FILTER, &mut c.filter),
+            (ENV_NOTRACE, &mut c.notrace),
+            (ENV_PATCH, &mut c.patch),
+            (ENV_MARKERS, &mut c.markers),
+        ] {
+            for l in text(var, &mut invalid).unwrap_or_default().lines() {
+                if l.is_empty() {
+                    continue;
+                }
+                match regex_lite::Regex::new(l) {
+                    Ok(_) => list.push(l.to_string()),
+                    Err(e) => invalid(var, l, format!("bad pattern: {e}")),
+                }
+            }
+        }
+        for (var, retval) in [(ENV_ARGS, false), (ENV_RETVAL, true)] {
+            for l in text(var, &mut invalid).unwrap_or_default().lines() {
+                let l = l.trim();
+                if l.is_empty() {
+                    continue;
+                }
+                match parse_spec(l, retval) {
+                    Ok(s) => c.capture.push(s),
+                    Err(e) => invalid(var, l, e.0),
+                }
+            }
+        }
+        (c, bad)
+    }
+
+    /// The environment that hands this configuration to a program
+    /// (what [`Config::from_env`] reads back): only the variables whose
+    /// value differs from the default.
+    pub fn to_env(&self) -> Vec<(&'static str, OsString)> {
+        let mut v: Vec<(&'static str, OsString)> = Vec::new();
+        if let Some(p) = &self.output {
+            v.push((ENV_OUTPUT, p.clone().into_os_string()));
+        }
+        if self.max_size != DEFAULT_MAX_SIZE {
+            v.push((ENV_MAX_SIZE, self.max_size.to_string().into()));
+        }
+        for (var, on) in [
+            (ENV_EXCLUSIVE, self.exclusive),
+            (ENV_COUNT, self.count),
+            (ENV_CONTROL, self.control),
+            (ENV_KEEP_CALLS, self.keep_calls),
+        ] {
+            if on {
+                v.push((var, "1".into()));
+            }
+        }
+        if self.depth != 0 {
+            v.push((ENV_DEPTH, self.depth.to_string().into()));
+        }
+        for (var, list) in [
+            (ENV_FILTER, &self.filter),
+            (ENV_NOTRACE, &self.notrace),
+            (ENV_PATCH, &self.patch),
+            (ENV_MARKERS, &self.markers),
+        ] {
+            if !list.is_empty() {
+                v.push((var, list.join("\n").into()));
+            }
+        }
+        // Specs with arguments go to `-A` (with `retval` in their list if
+        // asked), return values alone to `-R`.
+        let specs = |retval: bool| -> Vec<String> {
+            self.capture
+                .iter()
+                .filter(|s| (s.mask & 0x3f == 0) == retval)
+                .map(|s| spec_text(s, retval))
+                .collect()
+        };
+        let (args, rets) = (specs(false), specs(true));
+        if !args.is_empty() {
+            v.push((ENV_ARGS, args.join("\n").into()));
+        }
+        if !rets.is_empty() {
+            v.push((ENV_RETVAL, rets.join("\n").into()));
+        }
+        v
+    }
+
+    /// Whether `call mcount`/`call __fentry__` sites are rewritten into
+    /// patchable sites with call wrappers: not when `-F`/`-N` ask for
+    /// their region semantics, in counting mode (it has its own fast
+    /// path), or with `keep_calls`.
+    pub fn converts_calls(&self) -> bool {
+        self.filter.is_empty() && self.notrace.is_empty() && !self.count && !self.keep_calls
+    }
+}
+
+/// The text of a spec as `-A` (`retval` false: its arguments) or `-R`
+/// (its return value) writes it.
+fn spec_text(s: &CaptureSpec, retval: bool) -> String {
+    if retval {
+        return format!("{}@retval", s.pattern);
+    }
+    let mut parts: Vec<String> = (0..6)
+        .filter(|i| s.mask & (1 << i) != 0)
+        .map(|i| format!("arg{}", i + 1))
+        .collect();
+    if s.mask & CAPTURE_RETVAL != 0 {
+        parts.push("retval".into());
+    }
+    format!("{}@{}", s.pattern, parts.join(","))
+}
+
+/// Parses a size such as `512M` (bytes, or with a `K`, `M` or `G`
+/// suffix).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Parses one `-A`/`-R` spec: `FUNC@arg1,arg2`, `FUNC@args`,
+/// `FUNC@retval`, or (for `-R`) a bare `FUNC`.
+pub fn parse_spec(spec: &str, retval: bool) -> Result<CaptureSpec, SpecError> {
+    let (pat, what) = match spec.rsplit_once('@') {
+        Some((p, w)) => (p, w),
+        None if retval => (spec, "retval"),
+        None => {
+            return Err(SpecError(format!(
+                "bad argument spec {spec:?}: expected FUNC@arg1[,argN...]"
+            )));
+        }
+    };
+    if pat.is_empty() {
+        return Err(SpecError(format!(
+            "bad spec {spec:?}: no function pattern before '@'"
+        )));
+    }
+    let mut mask = 0u8;
+    for w in what.split(',') {
+        let w = w.trim();
+        if w == "retval" {
+            mask |= CAPTURE_RETVAL;
+        } else if w == "args" {
+            mask |= 0x3f;
+        } else if let Some(n) = w.strip_prefix("arg").and_then(|n| n.parse::<u8>().ok()) {
+            if !(1..=6).contains(&n) {
+                return Err(SpecError(format!(
+                    "bad spec {spec:?}: {w} is not an integer register argument (arg1 to arg6)"
+                )));
+            }
+            mask |= 1 << (n - 1);
+        } else {
+            return Err(SpecError(format!(
+                "bad spec {spec:?}: {w:?} is not arg1..arg6, args or retval"
+            )));
+        }
+    }
+    let pattern = pat.to_string();
+    if let Err(e) = regex_lite::Regex::new(&pattern_regex(&pattern)) {
+        return Err(SpecError(format!("bad function pattern {pattern:?}: {e}")));
+    }
+    Ok(CaptureSpec { pattern, mask })
+}
+
+/// The regular expression a spec's function pattern stands for: a plain
+/// name (letters, digits, `_`, `::`) matches that full name or a name
+/// ending in `::NAME` (so `fib` is `fib::fib` but not `fib::main`);
+/// anything else is a regular expression as written.
+pub fn pattern_regex(p: &str) -> String {
+    if !p.is_empty()
+        && p.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    {
+        format!("(^|::){p}$")
+    } else {
+        p.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn vars(v: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let m: HashMap<String, OsString> = v
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn empty_environment_is_the_default() {
+        assert_eq!(Config::from_vars(vars(&[])).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn every_setting_round_trips_through_the_environment() {
+        let c = Config {
+            output: Some("/tmp/x.data".into()),
+            max_size: 50 << 20,
+            exclusive: true,
+            depth: 7,
+            filter: vec!["^a".into(), "b$".into()],
+            notrace: vec!["log_".into()],
+            patch: vec!["fib".into()],
+            capture: vec![
+                parse_spec("fib@arg1,arg3", false).unwrap(),
+                parse_spec("fib", true).unwrap(),
+            ],
+            count: true,
+            markers: vec!["^job_".into()],
+            control: true,
+            keep_calls: true,
+        };
+        let env: HashMap<String, OsString> = c
+            .to_env()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let back = Config::from_vars(|k| env.get(k).cloned()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn every_invalid_value_is_named_and_the_rest_is_kept() {
+        let e = Config::from_vars(vars(&[
+            (ENV_OUTPUT, "t.data"),
+            (ENV_MAX_SIZE, "12Q"),
+            (ENV_DEPTH, "deep"),
+            (ENV_COUNT, "yes"),
+            (ENV_FILTER, "ok\n(unclosed"),
+            (ENV_ARGS, "fib@arg9\nfib@arg2"),
+        ]))
+        .unwrap_err();
+        let names: Vec<&str> = e.invalid.iter().map(|i| i.var).collect();
+        assert_eq!(
+            names,
+            [ENV_MAX_SIZE, ENV_COUNT, ENV_DEPTH, ENV_FILTER, ENV_ARGS]
+        );
+        assert!(e.to_string().contains("FNTRACE_DEPTH=\"deep\""), "{e}");
+        assert_eq!(e.usable.output, Some(PathBuf::from("t.data")));
+        assert_eq!(e.usable.filter, ["ok"]);
+        assert_eq!(e.usable.capture, [parse_spec("fib@arg2", false).unwrap()]);
+        assert_eq!(e.usable.max_size, DEFAULT_MAX_SIZE);
+    }
+
+    #[test]
+    fn sizes_and_specs() {
+        assert_eq!(parse_size("512M"), Some(512 << 20));
+        assert_eq!(parse_size(" 3 k"), Some(3 << 10));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("99999999999G"), None);
+        assert_eq!(parse_spec("f@arg1,arg6", false).unwrap().mask, 0x21);
+        assert_eq!(parse_spec("f", true).unwrap().mask, CAPTURE_RETVAL);
+        assert!(parse_spec("f", false).is_err());
+        assert!(parse_spec("@arg1", false).is_err());
+        assert!(parse_spec("f@arg7", false).is_err());
+        assert!(parse_spec("f@rax", false).is_err());
+        assert_eq!(pattern_regex("fib"), "(^|::)fib$");
+        assert_eq!(pattern_regex("^fib"), "^fib");
+    }
+}
