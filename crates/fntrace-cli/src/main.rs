@@ -649,7 +649,7 @@ fn live(pid: u32, command: &[String], enable: &[String], disable: &[String]) -> 
             regex::Regex::new(p.trim()).with_context(|| format!("bad function pattern {p:?}"))?;
         }
     }
-    let mut path = fntrace_rt::live::socket_path(pid);
+    let mut path = fntrace_rt::control::socket_path(pid);
     // Another user's process keeps its socket in that user's directory.
     if !path.exists() {
         use std::os::unix::fs::MetadataExt;
@@ -748,8 +748,8 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
     }
     for (specs, ret) in [(&o.args, false), (&o.retval, true)] {
         for sp in specs {
-            let (p, _) = fntrace_rt::args::parse_spec(sp, ret).map_err(anyhow::Error::msg)?;
-            regex::Regex::new(&fntrace_rt::args::pattern_regex(&p))
+            let p = fntrace_rt::config::parse_spec(sp, ret)?.pattern;
+            regex::Regex::new(&fntrace_rt::config::pattern_regex(&p))
                 .with_context(|| format!("bad function pattern {p:?}"))?;
         }
     }
@@ -823,10 +823,10 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
         cmd.env("FNTRACE_PATCH", o.patch.join("\n"));
     }
     if !o.args.is_empty() {
-        cmd.env(fntrace_rt::args::ENV_ARGS, o.args.join("\n"));
+        cmd.env(fntrace_rt::config::ENV_ARGS, o.args.join("\n"));
     }
     if !o.retval.is_empty() {
-        cmd.env(fntrace_rt::args::ENV_RETVAL, o.retval.join("\n"));
+        cmd.env(fntrace_rt::config::ENV_RETVAL, o.retval.join("\n"));
     }
     // The control socket, for code fntrace can patch while it runs. That
     // includes `call mcount` and `call __fentry__`, which the runtime
@@ -844,7 +844,7 @@ fn record(output: &Path, o: &RecordOptions, command: &[String]) -> Result<ExitCo
             .as_ref()
             .is_some_and(|i| i.patchable_code() || call_sites(i));
     if control {
-        cmd.env(fntrace_rt::live::ENV_CONTROL, "1");
+        cmd.env(fntrace_rt::config::ENV_CONTROL, "1");
     }
     if let Some(p) = &preload {
         let mut v = std::ffi::OsString::from(p);

@@ -479,7 +479,7 @@ fn live_session(dir: &Path, bin: &Path, select: &str, others: bool) {
     assert_eq!(c.get("hot_a").copied(), Some(1000), "{c:?}");
     assert_eq!(c.get("hot_b").copied(), Some(1000), "{c:?}");
     // The socket is gone with the process.
-    assert!(!fntrace_rt::live::socket_path(pid).exists());
+    assert!(!fntrace_rt::control::socket_path(pid).exists());
     let (ok, _, err) = live(&["status"]);
     assert!(!ok && err.contains(&pid.to_string()), "{err}");
 }
@@ -516,7 +516,7 @@ fn refused_for_other_users(pid: u32) {
     assert!(!ok, "nobody could control the process");
     assert!(err.contains("refused"), "{err}");
     // Open the directory and the socket: the runtime itself refuses.
-    let sock = fntrace_rt::live::socket_path(pid);
+    let sock = fntrace_rt::control::socket_path(pid);
     let sdir = sock.parent().unwrap().to_path_buf();
     let mode = std::fs::metadata(&sdir).unwrap().permissions().mode();
     std::fs::set_permissions(&sdir, std::fs::Permissions::from_mode(0o755)).unwrap();

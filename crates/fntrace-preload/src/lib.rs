@@ -8,16 +8,16 @@
 //! (`FNTRACE_OUTPUT` and friends) in the runtime's constructor; `dlopen`
 //! is wrapped so modules loaded later are added to the trace's module map.
 
-pub use fntrace_rt::dynamic::{fntrace_disable, fntrace_enable};
-pub use fntrace_rt::hooks::dl::{dlclose, dlopen};
-pub use fntrace_rt::hooks::tramp::{
-    __cyg_profile_func_enter, __cyg_profile_func_exit, __fentry__, _mcount, mcount,
-};
-pub use fntrace_rt::hooks::unwind::{
+pub use fntrace_rt::calls::unwind::{
     _Unwind_Backtrace, _Unwind_ForcedUnwind, _Unwind_RaiseException, _Unwind_Resume,
     _Unwind_Resume_or_Rethrow, _Unwind_SetIP, backtrace,
 };
+pub use fntrace_rt::control::{fntrace_disable, fntrace_enable};
+pub use fntrace_rt::hooks::tramp::{
+    __cyg_profile_func_enter, __cyg_profile_func_exit, __fentry__, _mcount, mcount,
+};
 pub use fntrace_rt::markers::record::fntrace_record_marker;
+pub use fntrace_rt::session::dl::{dlclose, dlopen};
 pub use fntrace_rt::xray::api::{
     __xray_function_address, __xray_init, __xray_max_function_id, __xray_patch,
     __xray_patch_function, __xray_remove_handler, __xray_remove_handler_arg1, __xray_set_handler,

@@ -138,6 +138,26 @@ pub struct ConfigError {
     pub usable: Box<Config>,
 }
 
+/// A function pattern that is not a valid regular expression.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad function pattern {pattern:?}: {problem}")]
+pub struct PatternError {
+    /// The pattern as given.
+    pub pattern: String,
+    /// What the regular-expression parser said.
+    pub problem: String,
+}
+
+impl PatternError {
+    /// The error for `pattern`, which failed to compile with `e`.
+    pub fn new(pattern: &str, e: &dyn std::fmt::Display) -> PatternError {
+        PatternError {
+            pattern: pattern.to_string(),
+            problem: e.to_string(),
+        }
+    }
+}
+
 /// A bad `-A`/`-R` spec or size.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -193,9 +213,7 @@ impl Config {
             }
         };
         let mut c = Config {
-            output: get(ENV_OUTPUT)
-                .filter(|p| !p.is_empty())
-                .map(PathBuf::from),
+            output: get(ENV_OUTPUT).filter(|p| !p.is_empty()).map(PathBuf::from),
             ..Config::default()
         };
         if let Some(v) = text(ENV_MAX_SIZE, &mut invalid).filter(|v| !v.trim().is_empty()) {
@@ -235,7 +253,7 @@ impl Config {
             (ENV_MARKERS, &mut c.markers),
         ] {
             for l in text(var, &mut invalid).unwrap_or_default().lines() {
-                if l.is_empty() {
+                if l.trim().is_empty() {
                     continue;
                 }
                 match regex_lite::Regex::new(l) {
@@ -492,5 +510,52 @@ mod tests {
         assert!(parse_spec("f@rax", false).is_err());
         assert_eq!(pattern_regex("fib"), "(^|::)fib$");
         assert_eq!(pattern_regex("^fib"), "^fib");
+    }
+
+    #[test]
+    fn specs_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            parse_spec("fib@arg1", false).unwrap(),
+            CaptureSpec {
+                pattern: "fib".into(),
+                mask: 1
+            }
+        );
+        assert_eq!(
+            parse_spec("^a::b$@arg2,arg6", false).unwrap().mask,
+            0b10_0010
+        );
+        assert_eq!(parse_spec("fib@retval", true).unwrap().mask, CAPTURE_RETVAL);
+        assert_eq!(parse_spec("fib", true).unwrap().mask, CAPTURE_RETVAL);
+        assert_eq!(parse_spec("f@args", false).unwrap().mask, 0x3f);
+        assert!(
+            parse_spec("fib", false)
+                .unwrap_err()
+                .0
+                .contains("FUNC@arg1")
+        );
+        assert!(
+            parse_spec("fib@arg7", false)
+                .unwrap_err()
+                .0
+                .contains("arg7")
+        );
+        assert!(
+            parse_spec("@arg1", false)
+                .unwrap_err()
+                .0
+                .contains("no function")
+        );
+        assert!(
+            parse_spec("f@ret", false)
+                .unwrap_err()
+                .0
+                .contains("\"ret\"")
+        );
+        let re = |p: &str| regex_lite::Regex::new(&pattern_regex(p)).unwrap();
+        assert!(re("fib").is_match("fib") && re("fib").is_match("fib::fib"));
+        assert!(!re("fib").is_match("fib::main") && !re("fib").is_match("myfib"));
+        assert!(re("work::fib").is_match("app::work::fib"));
+        assert!(re("^fib").is_match("fib::main"));
     }
 }

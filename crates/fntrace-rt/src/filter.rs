@@ -3,12 +3,16 @@
 //!
 //! Filters are resolved to address ranges when a session starts (and when
 //! modules are loaded), so the hot path only classifies an address: a
-//! direct-mapped cache in front of a sorted range table.
+//! direct-mapped cache in front of a sorted range table. Policy: used by
+//! the mechanisms, above the event sink.
 
 #![cfg_attr(not(feature = "compiler-hooks"), allow(dead_code))]
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use crate::config::PatternError;
+use crate::features::{FEAT_DEPTH, FEAT_FILTERS, set_feature};
 
 /// A function with no filter of its own.
 pub(crate) const NORMAL: u8 = 0;
@@ -17,35 +21,8 @@ pub(crate) const TRACE: u8 = 1;
 /// A `-N` function: neither it nor its callees are recorded.
 pub(crate) const NOTRACE: u8 = 2;
 
-/// Bits of the features the hook hot path must look at (0: none, the
-/// common case, tested with one load).
-pub(crate) static FEATURES: AtomicU32 = AtomicU32::new(0);
-/// `-F`/`-N` filters are active.
-pub(crate) const FEAT_FILTERS: u32 = 1;
-/// A depth limit is set.
-pub(crate) const FEAT_DEPTH: u32 = 2;
-/// Counting mode.
-pub(crate) const FEAT_COUNT: u32 = 4;
-
-/// The features in force (see the `FEAT_*` bits).
-#[inline(always)]
-pub(crate) fn features() -> u32 {
-    FEATURES.load(Ordering::Relaxed)
-}
-
-/// Turns a feature bit on or off.
-pub(crate) fn set_feature(bit: u32, on: bool) {
-    if on {
-        FEATURES.fetch_or(bit, Ordering::Relaxed);
-    } else {
-        FEATURES.fetch_and(!bit, Ordering::Relaxed);
-    }
-}
 static HAS_TRACE: AtomicBool = AtomicBool::new(false);
 static MAX_DEPTH: AtomicU32 = AtomicU32::new(0);
-
-/// Environment variable with the maximum recorded call depth.
-pub const ENV_DEPTH: &str = "FNTRACE_DEPTH";
 
 /// Whether any `-F` filter is given (then only their regions record).
 #[inline(always)]
@@ -108,21 +85,18 @@ fn classify_slow(func: u64, i: usize) -> u8 {
     class
 }
 
-/// The `-F`/`-N` class of a source-instrumented site, by its name (cached
-/// in the site).
-pub(crate) fn site_class(site: &crate::site::Site) -> u8 {
-    let c = site.class.load(Ordering::Relaxed);
+/// The `-F`/`-N` class of a source-instrumented function by its `name`
+/// (cached in `cache`, `u8::MAX` until known).
+pub(crate) fn site_class(name: &str, cache: &AtomicU8) -> u8 {
+    let c = cache.load(Ordering::Relaxed);
     if c != u8::MAX {
         return c;
     }
     let pats = PATTERNS.lock().unwrap_or_else(|e| e.into_inner());
-    let c = pats.as_ref().map_or(NORMAL, |p| p.class(site.name));
-    site.class.store(c, Ordering::Relaxed);
+    let c = pats.as_ref().map_or(NORMAL, |p| p.class(name));
+    cache.store(c, Ordering::Relaxed);
     c
 }
-
-/// Feature bit: `-A`/`-R` argument or return-value capture is configured.
-pub(crate) const FEAT_ARGS: u32 = 8;
 
 /// Adds the filtered functions of modules not scanned yet to the table.
 pub(crate) fn scan_new_modules() {
@@ -144,12 +118,10 @@ pub fn set_max_depth(depth: u32) {
 /// Sets `-F` (record only inside these) and `-N` (never record inside
 /// these) regular expressions over demangled names, and resolves them in
 /// the modules loaded now. A bad expression is an error naming it.
-pub fn set_filters(trace: &[&str], notrace: &[&str]) -> Result<(), String> {
+pub fn set_filters(trace: &[&str], notrace: &[&str]) -> Result<(), PatternError> {
     let compile = |v: &[&str]| {
         v.iter()
-            .map(|p| {
-                regex_lite::Regex::new(p).map_err(|e| format!("bad function pattern {p:?}: {e}"))
-            })
+            .map(|p| regex_lite::Regex::new(p).map_err(|e| PatternError::new(p, &e)))
             .collect::<Result<Vec<_>, _>>()
     };
     let p = Patterns {
@@ -169,29 +141,4 @@ pub fn set_filters(trace: &[&str], notrace: &[&str]) -> Result<(), String> {
     scan_new_modules();
     set_feature(FEAT_FILTERS, any);
     Ok(())
-}
-
-/// Environment variable with `-F` patterns (one per line).
-pub const ENV_FILTER: &str = "FNTRACE_FILTER";
-/// Environment variable with `-N` patterns (one per line).
-pub const ENV_NOTRACE: &str = "FNTRACE_NOTRACE";
-
-/// Reads the environment (`FNTRACE_DEPTH`, `FNTRACE_FILTER`,
-/// `FNTRACE_NOTRACE`).
-pub(crate) fn init_from_env() {
-    if let Some(d) = std::env::var(ENV_DEPTH)
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-    {
-        set_max_depth(d);
-    }
-    let f = std::env::var(ENV_FILTER).unwrap_or_default();
-    let n = std::env::var(ENV_NOTRACE).unwrap_or_default();
-    let f: Vec<&str> = f.lines().filter(|l| !l.is_empty()).collect();
-    let n: Vec<&str> = n.lines().filter(|l| !l.is_empty()).collect();
-    if !f.is_empty() || !n.is_empty() {
-        if let Err(e) = set_filters(&f, &n) {
-            eprintln!("fntrace: {e}");
-        }
-    }
 }

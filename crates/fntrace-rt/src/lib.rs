@@ -1,44 +1,70 @@
 //! The fntrace in-process runtime: everything that runs inside the traced
 //! process.
 //!
-//! - [`site`]: entry points for `#[instrument_fn]` (site descriptors, the
-//!   entry call and its exit guard, the per-poll future wrapper);
-//! - [`recorder`]: sessions, the `MAP_SHARED` trace file, per-thread
-//!   lock-free chunk buffers and the event hot path;
-//! - [`hooks`]: compiler instrumentation ABIs (mcount, fentry,
-//!   cyg_profile), the shadow stack and the exit trampoline;
-//! - [`xray`]: an XRay runtime (sled discovery, patching, trampolines,
-//!   compiler-rt's C API);
-//! - [`patch`]: safe code patching shared by XRay, patchable entries and
-//!   marker static keys (writable windows, the `int3` protocol, stubs);
-//! - [`dynamic`]: patchable entry sites switched on and off at run time,
-//!   the control socket of `fntrace live`;
-//! - [`markers`]: static-key patching for `fntrace-markers` and the probe
-//!   that records marker events;
-//! - [`args`]: `-A`/`-R` argument and return-value capture;
-//! - [`live`]: `enable`/`disable` from inside the program;
-//! - [`filter`]: record-time depth limit and function filters;
-//! - [`clock`]: TSC timestamps and their calibration;
-//! - [`procinfo`]: the process description written into the trace (module
-//!   map, command line, thread names).
+//! The runtime is built in layers; each module imports only modules of the
+//! layers below it (checked by `scripts/layers`):
 //!
-//! Recording starts either through the environment (`FNTRACE_OUTPUT`, what
-//! `fntrace record` sets) or through [`recorder::start`].
+//! ```text
+//!  session      start-up from a Config (or the environment), exit, fork,
+//!               exec's profiling timer, dlopen fan-out
+//!  ──────────────────────────────────────────────────────────────────────
+//!  control      switching functions across mechanisms, the control socket
+//!  ──────────────────────────────────────────────────────────────────────
+//!  mechanisms   site (#[instrument_fn])  hooks (mcount, fentry, cyg)
+//!               xray (sleds)  dynamic (patchable sites)  markers
+//!               — never import each other
+//!  ──────────────────────────────────────────────────────────────────────
+//!  calls        the shared call protocol: shadow-frame entries and exits,
+//!               trampolines, call wrappers, the asm fast path, unwinding
+//!  ──────────────────────────────────────────────────────────────────────
+//!  policy       filter (-F/-N/--depth)  args (-A/-R)  count (--count)
+//!  ──────────────────────────────────────────────────────────────────────
+//!  sink         recorder: thread state + TLS, chunks, the trace file
+//!  ──────────────────────────────────────────────────────────────────────
+//!  leaves       clock  procinfo  patch  ranges  features  config
+//! ```
+//!
+//! The one upward call, the sink starting a session lazily at a thread's
+//! first event, goes through a hook `session` installs
+//! (`recorder::set_start_hook`), not an import.
+//!
+//! Recording starts through the environment (`FNTRACE_OUTPUT`, what
+//! `fntrace record` sets; parsed by [`config::Config::from_env`]), through
+//! [`session::start`] with a [`config::Config`], or through [`start`]
+//! (a file session with nothing else configured).
 
-pub mod args;
+// Leaves.
 pub mod clock;
 pub mod config;
-#[cfg(feature = "compiler-hooks")]
-pub mod dynamic;
-pub mod filter;
-pub mod hooks;
-pub mod live;
-pub mod markers;
+pub mod features;
 pub mod patch;
 pub mod procinfo;
 mod ranges;
+
+// The event sink.
 pub mod recorder;
+
+// Policy.
+pub mod args;
+pub mod count;
+pub mod filter;
+
+// The call protocol shared by the mechanisms.
+pub mod calls;
+
+// Mechanisms.
+#[cfg(feature = "compiler-hooks")]
+pub mod dynamic;
+pub mod hooks;
+pub mod markers;
 pub mod site;
 pub mod xray;
 
-pub use recorder::{Options, Summary, finish, flush, is_recording, output_path, start};
+// Control.
+pub mod control;
+
+// The session, on top.
+pub mod session;
+
+pub use recorder::{Options, Summary, flush, is_recording, output_path};
+pub use session::{finish, start_file as start};

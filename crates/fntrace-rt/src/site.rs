@@ -1,14 +1,22 @@
 //! Entry points for source-level instrumentation (`#[instrument_fn]`): the
 //! per-function [`Site`] descriptor, the [`enter`] call that records an entry
 //! and returns a [`Guard`] whose drop records the exit, and the per-poll
-//! wrapper for `async fn`.
+//! wrapper for `async fn`. A mechanism: it records through the event sink
+//! (`recorder`) under the filter policy (`filter`), and imports no other
+//! mechanism.
 
 use core::future::Future;
 use core::pin::Pin;
 use core::sync::atomic::AtomicU32;
 use core::task::{Context, Poll};
 
-use crate::recorder;
+use core::sync::atomic::{Ordering, compiler_fence};
+
+use fntrace_format::event::Framed;
+
+use crate::features::{self, FEAT_DEPTH, FEAT_FILTERS};
+use crate::filter;
+use crate::recorder::{self, SESSION, ThreadState, state};
 
 /// Describes one instrumented function. `#[instrument_fn]` puts one in a
 /// `static` inside every instrumented function; its address is the key the
@@ -62,7 +70,7 @@ impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
         if self.mode != 0 {
-            recorder::site_exit(self.mode);
+            site_exit(self.mode);
         }
     }
 }
@@ -77,7 +85,7 @@ pub fn enter(site: &'static Site) -> Guard {
         return Guard { mode: 0 };
     }
     Guard {
-        mode: recorder::record_site_entry(site, None),
+        mode: record_site_entry(site, None),
     }
 }
 
@@ -90,7 +98,7 @@ pub fn enter_method(site: &'static Site, self_type: fn() -> &'static str) -> Gua
         return Guard { mode: 0 };
     }
     Guard {
-        mode: recorder::record_site_entry(site, Some(self_type)),
+        mode: record_site_entry(site, Some(self_type)),
     }
 }
 
@@ -136,3 +144,135 @@ pub struct OffEntry(pub *const ());
 
 // SAFETY: the pointer is a function address, only ever read.
 unsafe impl Sync for OffEntry {}
+
+/// What a source-instrumented call must undo at its exit (a bit set).
+pub(crate) const G_RECORDED: u8 = 1;
+/// The call opened a `-F` region.
+pub(crate) const G_TRACE: u8 = 2;
+/// The call opened a `-N` region.
+pub(crate) const G_NOTRACE: u8 = 4;
+
+/// Records the entry of a source-instrumented function; returns what its
+/// exit must undo (`G_*` bits; 0: nothing was recorded).
+#[inline]
+pub(crate) fn record_site_entry(
+    site: &'static Site,
+    self_type: Option<fn() -> &'static str>,
+) -> u8 {
+    let t = state();
+    let sid = SESSION.load(Ordering::Relaxed);
+    // A thread that never attached has session 0, like "no session".
+    if t.session != sid || sid == 0 || t.busy {
+        return entry_slow(t, site, self_type);
+    }
+    let feat = features::features();
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    if site.registered.load(Ordering::Relaxed) != sid {
+        register_site(t, site, self_type, sid);
+    }
+    let mode = if feat == 0 {
+        recorder::record_entry_inner(t, site.key());
+        G_RECORDED
+    } else {
+        site_entry_filtered(t, site, feat)
+    };
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+    mode
+}
+
+/// A site entry while `-F`/`-N`/`--depth` are in force: the same region
+/// rules as for compiler hooks, the site classified by its name once.
+#[cold]
+#[inline(never)]
+fn site_entry_filtered(t: &mut ThreadState, site: &'static Site, feat: u32) -> u8 {
+    let class = if feat & FEAT_FILTERS != 0 {
+        filter::site_class(site.name, &site.class)
+    } else {
+        filter::NORMAL
+    };
+    let inside = !filter::has_trace_filters() || t.trace_regions > 0 || class == filter::TRACE;
+    let record = inside
+        && t.notrace_regions == 0
+        && class != filter::NOTRACE
+        && (feat & FEAT_DEPTH == 0 || filter::depth_ok(t.depth));
+    let mut mode = 0;
+    if record {
+        recorder::record_entry_inner(t, site.key());
+        mode |= G_RECORDED;
+    }
+    if class == filter::TRACE {
+        t.trace_regions += 1;
+        mode |= G_TRACE;
+    }
+    if class == filter::NOTRACE {
+        t.notrace_regions += 1;
+        mode |= G_NOTRACE;
+    }
+    mode
+}
+
+/// The exit of a source-instrumented call whose entry returned `mode`.
+#[inline]
+pub(crate) fn site_exit(mode: u8) {
+    if mode & (G_TRACE | G_NOTRACE) != 0 {
+        let t = state();
+        if mode & G_TRACE != 0 {
+            t.trace_regions = t.trace_regions.saturating_sub(1);
+        }
+        if mode & G_NOTRACE != 0 {
+            t.notrace_regions = t.notrace_regions.saturating_sub(1);
+        }
+    }
+    if mode & G_RECORDED != 0 {
+        recorder::record_exit();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Slow paths.
+
+#[cold]
+#[inline(never)]
+fn entry_slow(
+    t: &mut ThreadState,
+    site: &'static Site,
+    self_type: Option<fn() -> &'static str>,
+) -> u8 {
+    if !recorder::attach_slow(t) {
+        return 0;
+    }
+    record_site_entry(site, self_type)
+}
+
+/// Writes the description of a site to the metadata stream, once per
+/// session.
+#[cold]
+#[inline(never)]
+fn register_site(
+    t: &ThreadState,
+    site: &'static Site,
+    self_type: Option<fn() -> &'static str>,
+    sid: u32,
+) {
+    let old = site.registered.load(Ordering::Relaxed);
+    if site
+        .registered
+        .compare_exchange(old, sid, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    let prefix = self_type.map(|f| f()).unwrap_or("");
+    recorder::write_thread_meta(
+        t,
+        &Framed::Site {
+            key: site.key(),
+            prefix: prefix.as_bytes(),
+            name: site.name.as_bytes(),
+            file: site.file.as_bytes(),
+            line: u64::from(site.line),
+        },
+    );
+}

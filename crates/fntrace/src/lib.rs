@@ -66,7 +66,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub use fntrace_macros::instrument_fn;
-pub use fntrace_rt::recorder::{ENV_MAX_SIZE, ENV_OUTPUT};
+pub use fntrace_rt::config::{ENV_MAX_SIZE, ENV_OUTPUT};
+pub use fntrace_rt::patch::PatchError;
 pub use fntrace_rt::{Options, Summary};
 
 /// Why a probe could not be attached or removed.
@@ -199,14 +200,14 @@ pub fn output_path() -> Option<PathBuf> {
 /// // ... the calls to be traced ...
 /// fntrace::disable("^myapp::parse").unwrap();
 /// ```
-pub fn enable(pattern: &str) -> Result<usize, String> {
-    fntrace_rt::live::switch_functions(pattern, true)
+pub fn enable(pattern: &str) -> Result<usize, PatchError> {
+    fntrace_rt::control::switch_functions(pattern, true)
 }
 
 /// Switches off tracing of the functions whose name matches `pattern`
 /// (their sites become NOPs again); the counterpart of [`enable`].
-pub fn disable(pattern: &str) -> Result<usize, String> {
-    fntrace_rt::live::switch_functions(pattern, false)
+pub fn disable(pattern: &str) -> Result<usize, PatchError> {
+    fntrace_rt::control::switch_functions(pattern, false)
 }
 
 #[doc(hidden)]

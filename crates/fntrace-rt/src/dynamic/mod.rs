@@ -3,11 +3,14 @@
 //!
 //! - [`sites`]: finding sites (`__patchable_function_entries`,
 //!   `__mcount_loc`) and classifying their NOP layout;
-//! - [`wrapper`]: the per-function call wrappers switched-on sites jump to;
+//! - `calls::wrapper`: the per-function call wrappers switched-on sites
+//!   jump to (shared with the call protocol);
 //! - this module: the registry of loaded objects and their sites, the
 //!   selection rules (`-F`/`-N` at start, [`switch_functions`] later),
 //!   and applying them with the shared [`crate::patch`] module;
-//! - [`control`]: the control socket `fntrace live` talks to.
+//!
+//! A mechanism: switching across mechanisms and the control socket are in
+//! `control`.
 //!
 //! A site that is on jumps to its function's call wrapper ([`wrapper`]),
 //! which runs an fentry-style entry trampoline before the function's
@@ -21,9 +24,7 @@
 //! keeps the default (on when recording starts without `-F`, off with
 //! `-F`). Objects loaded later (`dlopen`) follow the same rules.
 
-pub mod control;
 pub mod sites;
-pub mod wrapper;
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -31,6 +32,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use sites::{Fixup, Layout, Site, Skip};
 
+use crate::calls::wrapper;
+use crate::config::PatternError;
+use crate::patch::PatchError;
 use crate::patch::{self, int3, text};
 
 /// A loaded object with patchable sites.
@@ -374,7 +378,7 @@ fn fix_up(
     path: &std::path::Path,
     start: u64,
     size: u64,
-) -> Result<Vec<u64>, String> {
+) -> Result<Vec<u64>, PatchError> {
     let what = path.display().to_string();
     let mut moved = vec![0u64; found.len()];
     let mut ranges: Vec<(u64, u64)> = found
@@ -523,12 +527,14 @@ fn body(o: &Object, k: usize) -> u64 {
 
 /// Maps and writes the call wrappers of every site of `o` (once, before
 /// any site is switched on); returns the address of the first.
-fn wrappers(o: &Object, what: &str) -> Result<u64, String> {
-    use crate::hooks::tramp;
+fn wrappers(o: &Object, what: &str) -> Result<u64, PatchError> {
+    use crate::calls::tramp;
     let len = o.sites.len() as u64 * wrapper::SIZE;
     let area = patch::stubs::area_near(o.start, o.start + o.size, len, what)?;
     if !wrapper::register_area(area, len) {
-        return Err(format!("{what}: too many objects with patchable sites"));
+        return Err(PatchError::Code(format!(
+            "{what}: too many objects with patchable sites"
+        )));
     }
     let near = |t: u64| patch::stubs::stub(t, area, area + len, what);
     let enter = near(tramp::fntrace_site_entry as *const () as u64)?;
@@ -544,7 +550,7 @@ fn wrappers(o: &Object, what: &str) -> Result<u64, String> {
 }
 
 /// Switches the sites of `o` whose state differs from `want`.
-fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, String> {
+fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
     let what = o.path.display().to_string();
     let todo: Vec<usize> = (0..o.sites.len()).filter(|&k| o.on[k] != want[k]).collect();
     if todo.is_empty() {
@@ -625,10 +631,8 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, String> {
 /// switches on the selected ones. `trace`: patterns to switch on (none:
 /// everything); `notrace`: patterns never switched on. Returns what
 /// changed.
-pub fn start(trace: &[String], notrace: &[String]) -> Result<Changed, String> {
-    let compile = |p: &String| {
-        regex_lite::Regex::new(p).map_err(|e| format!("bad function pattern {p:?}: {e}"))
-    };
+pub fn start(trace: &[String], notrace: &[String]) -> Result<Changed, PatchError> {
+    let compile = |p: &String| regex_lite::Regex::new(p).map_err(|e| PatternError::new(p, &e));
     let mut rules = vec![];
     for p in trace {
         rules.push((compile(p)?, true));
@@ -656,9 +660,8 @@ fn rescan_and_apply(reg: &mut Registry) -> Changed {
 }
 
 /// Adds a rule and applies it everywhere.
-fn add_rule(pattern: &str, on: bool) -> Result<Changed, String> {
-    let re = regex_lite::Regex::new(pattern)
-        .map_err(|e| format!("bad function pattern {pattern:?}: {e}"))?;
+fn add_rule(pattern: &str, on: bool) -> Result<Changed, PatchError> {
+    let re = regex_lite::Regex::new(pattern).map_err(|e| PatternError::new(pattern, &e))?;
     let _code = patch::lock();
     let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
     // The last matching rule decides, so an earlier rule with the same
@@ -669,10 +672,10 @@ fn add_rule(pattern: &str, on: bool) -> Result<Changed, String> {
     Ok(rescan_and_apply(&mut reg))
 }
 
-/// The functions switched on, patchable sites and XRay sleds (name, or
-/// the address if unnamed).
+/// The functions whose patchable sites are switched on (name, or the
+/// address if unnamed).
 pub fn enabled_functions() -> Vec<String> {
-    let mut v = crate::xray::patch::patched_functions();
+    let mut v = Vec::new();
     let reg = REG.lock().unwrap_or_else(|e| e.into_inner());
     for o in reg.objects.iter().filter(|o| o.alive) {
         for (k, s) in o.sites.iter().enumerate() {
@@ -693,65 +696,10 @@ pub fn site_counts() -> (usize, usize, usize) {
     (total, on, reg.skipped)
 }
 
-/// Switches functions matching `pattern` on or off in every mechanism that
-/// patches code: patchable entry sites and XRay sleds. Returns how many
+/// Switches the patchable sites of functions matching `pattern` on or
+/// off (a rule applied now and to objects loaded later). Returns how many
 /// functions changed.
-pub fn switch_functions(pattern: &str, on: bool) -> Result<usize, String> {
+pub fn switch_functions(pattern: &str, on: bool) -> Result<usize, PatchError> {
     let c = add_rule(pattern, on)?;
-    let n = if on { c.on } else { c.off };
-    Ok(n + crate::xray::api::patch_matching(pattern, on)?)
-}
-
-/// Shared body of the C entry points.
-///
-/// # Safety
-/// `pattern` must be a NUL-terminated string.
-unsafe fn c_switch(pattern: *const libc::c_char, on: bool) -> libc::c_long {
-    if pattern.is_null() {
-        return -1;
-    }
-    // SAFETY: the caller's contract.
-    let Ok(p) = unsafe { std::ffi::CStr::from_ptr(pattern) }.to_str() else {
-        return -1;
-    };
-    if regex_lite::Regex::new(p).is_err() {
-        return -1;
-    }
-    // The patcher's own calls are never recorded (when the caller is not
-    // already inside the runtime).
-    let mut r = None;
-    if !crate::recorder::guarded(|| r = Some(switch_functions(p, on))) {
-        r = Some(switch_functions(p, on));
-    }
-    match r.unwrap_or(Ok(0)) {
-        Ok(n) => n as libc::c_long,
-        Err(e) => {
-            eprintln!("fntrace: {e}");
-            -2
-        }
-    }
-}
-
-/// C API: switches on the functions whose demangled name matches the
-/// regular expression `pattern` (patchable sites and XRay sleds). Returns
-/// how many functions changed, -1 for a bad pattern, -2 if patching
-/// failed (the reason is printed on standard error).
-///
-/// # Safety
-/// `pattern` must be a NUL-terminated string.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fntrace_enable(pattern: *const libc::c_char) -> libc::c_long {
-    // SAFETY: the caller's contract.
-    unsafe { c_switch(pattern, true) }
-}
-
-/// C API: switches off the functions whose name matches `pattern`; the
-/// same results as [`fntrace_enable`].
-///
-/// # Safety
-/// `pattern` must be a NUL-terminated string.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fntrace_disable(pattern: *const libc::c_char) -> libc::c_long {
-    // SAFETY: the caller's contract.
-    unsafe { c_switch(pattern, false) }
+    Ok(if on { c.on } else { c.off })
 }

@@ -100,7 +100,7 @@ pub fn patch_marker(m: &'static MarkerCore, on: bool) -> Result<(), String> {
         items.push((s.site as u64, bytes));
     }
     let ranges: Vec<(u64, u64)> = items.iter().map(|&(a, _)| (a, 5)).collect();
-    let w = text::Writable::open(&ranges, "marker static keys")?;
+    let w = text::Writable::open(&ranges, "marker static keys").map_err(|e| e.to_string())?;
     int3::poke5(&w, &items);
     drop(w);
     Ok(())

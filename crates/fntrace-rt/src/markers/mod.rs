@@ -1,7 +1,8 @@
 //! Markers inside the runtime: the code patcher for static-key markers
 //! ([`keys`]), installed into `fntrace-markers` before `main`, and the
 //! recording probe that writes marker events into the trace ([`record`]),
-//! attached at start-up to the markers `FNTRACE_MARKERS` selects.
+//! attached at start-up to the markers `-M` selects. A mechanism: it
+//! records through the sink and patches through the `patch` leaf.
 //!
 //! Declaring, firing, probe arrays and the grace period live in the
 //! `fntrace-markers` crate (it must build without `std`).
@@ -9,7 +10,7 @@
 pub mod keys;
 pub mod record;
 
-pub use record::{ENV_MARKERS, record_markers};
+pub use record::{MarkerError, record_markers};
 
 /// Installs the static-key patcher (idempotent; also done before `main`).
 pub fn init() {

@@ -1,7 +1,7 @@
 //! Recording markers: a probe that formats a marker's arguments into a
 //! stack buffer and writes a marker record (name, text) into the calling
 //! thread's stream of the trace, attached to the markers whose names match
-//! `FNTRACE_MARKERS` (what `fntrace record -M` sets) or the patterns given
+//! `-M` (the configuration's `markers`) or the patterns given
 //! to [`record_markers`].
 
 use std::sync::Mutex;
@@ -9,10 +9,21 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use fntrace_markers::{Event, FmtBuf, MarkerCore, Probe, ProbeHandle};
 
-/// Environment variable with the markers to record: regular expressions,
-/// one per line, matched against marker names (anywhere in the name, as
-/// `grep`; anchor with `^...$`).
-pub const ENV_MARKERS: &str = "FNTRACE_MARKERS";
+/// Why markers could not be selected or probed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MarkerError {
+    /// A marker pattern is not a valid regular expression.
+    #[error("marker pattern `{pattern}`: {problem}")]
+    Pattern {
+        /// The pattern as given.
+        pattern: String,
+        /// What the regular-expression parser said.
+        problem: String,
+    },
+    /// The probe could not be attached (what `fntrace-markers` said).
+    #[error("{0}")]
+    Probe(String),
+}
 
 /// Longest argument text recorded per event (longer text is cut with `…`).
 const TEXT_MAX: usize = 512;
@@ -67,23 +78,27 @@ pub unsafe extern "C" fn fntrace_record_marker(
     )
 }
 
-/// In a program traced by the preload runtime: send marker events to it
-/// (called instead of recording here; see `recorder::init_from_env`).
-pub(crate) fn init_forwarded_from_env() {
+/// In a program traced by the preload runtime: send the events of the
+/// markers `patterns` select to it (instead of recording here; see
+/// `session`).
+pub(crate) fn forward_to_preload(patterns: &[String]) {
     // SAFETY: dlsym with a NUL-terminated name.
     let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"fntrace_record_marker".as_ptr()) };
     if f.is_null() {
         return;
     }
     FORWARD.store(f.cast(), Ordering::Release);
-    init_from_env();
+    start_recording(patterns);
 }
 
 /// The markers whose names match one of `patterns`.
-pub fn matching(patterns: &[&str]) -> Result<Vec<&'static MarkerCore>, String> {
+pub fn matching(patterns: &[&str]) -> Result<Vec<&'static MarkerCore>, MarkerError> {
     let mut res = Vec::new();
     for p in patterns {
-        res.push(regex_lite::Regex::new(p).map_err(|e| format!("marker pattern `{p}`: {e}"))?);
+        res.push(regex_lite::Regex::new(p).map_err(|e| MarkerError::Pattern {
+            pattern: p.to_string(),
+            problem: e.to_string(),
+        })?);
     }
     Ok(fntrace_markers::all()
         .iter()
@@ -95,7 +110,7 @@ pub fn matching(patterns: &[&str]) -> Result<Vec<&'static MarkerCore>, String> {
 /// Records the events of every marker whose name matches one of `patterns`
 /// (regular expressions) into the active trace, from now on. Returns the
 /// probe's handle (remove it to stop), or `None` when no marker matches.
-pub fn record_markers(patterns: &[&str]) -> Result<Option<ProbeHandle>, String> {
+pub fn record_markers(patterns: &[&str]) -> Result<Option<ProbeHandle>, MarkerError> {
     super::init();
     let ms = matching(patterns)?;
     if ms.is_empty() {
@@ -103,24 +118,21 @@ pub fn record_markers(patterns: &[&str]) -> Result<Option<ProbeHandle>, String> 
     }
     fntrace_markers::set_probe_on(&ms, Probe::any(record_event))
         .map(Some)
-        .map_err(|e| e.to_string())
+        .map_err(|e| MarkerError::Probe(e.to_string()))
 }
 
-/// The probe attached from the environment (kept for the process's life).
-static FROM_ENV: Mutex<Option<ProbeHandle>> = Mutex::new(None);
+/// The probe attached at start-up (kept for the process's life).
+static FROM_START: Mutex<Option<ProbeHandle>> = Mutex::new(None);
 
-/// Attaches the recording probe to the markers `FNTRACE_MARKERS` selects
-/// (called when recording starts from the environment).
-pub(crate) fn init_from_env() {
-    let Ok(v) = std::env::var(ENV_MARKERS) else {
-        return;
-    };
-    let pats: Vec<&str> = v.lines().filter(|l| !l.is_empty()).collect();
+/// Attaches the recording probe to the markers `patterns` (`-M`) select
+/// (called when a session starts).
+pub(crate) fn start_recording(patterns: &[String]) {
+    let pats: Vec<&str> = patterns.iter().map(String::as_str).collect();
     if pats.is_empty() {
         return;
     }
     match record_markers(&pats) {
-        Ok(Some(h)) => *FROM_ENV.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
+        Ok(Some(h)) => *FROM_START.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
         Ok(None) => {}
         Err(e) => eprintln!("fntrace: {e}"),
     }

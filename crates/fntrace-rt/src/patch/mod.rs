@@ -13,6 +13,9 @@
 //! - [`stubs`]: `jmp [rip]` stubs within ±2 GiB of patched code, so that a
 //!   `call rel32` written into a site can reach a trampoline anywhere.
 //!
+//! A leaf: it imports nothing else of the runtime but the error type of
+//! a bad pattern.
+//!
 //! Every change of code goes through [`LOCK`], so two patchers never write
 //! the same bytes at once.
 
@@ -22,6 +25,34 @@ pub mod sync;
 pub mod text;
 
 use std::sync::Mutex;
+
+use crate::config::PatternError;
+
+/// Why code could not be patched or a selection not applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatchError {
+    /// A function pattern is not a valid regular expression.
+    #[error(transparent)]
+    Pattern(#[from] PatternError),
+    /// The code cannot be changed (writable code forbidden, no room for
+    /// stubs or wrappers near it, a registry full); the message names the
+    /// code and the reason.
+    #[error("{0}")]
+    Code(String),
+    /// compiler-rt's patching status (`XRayPatchingStatus`).
+    #[error("XRay patching failed (status {0})")]
+    Xray(i32),
+    /// No patching runtime in this process (neither linked nor preloaded).
+    #[error(
+        "no fntrace patching runtime in this process: run it under `fntrace record`, or \
+         enable the `compiler-hooks` feature"
+    )]
+    NoRuntime,
+    /// The preloaded runtime reported a failure (its reason is on
+    /// standard error).
+    #[error("patching failed (see the message on standard error)")]
+    Failed,
+}
 
 /// Held by whoever writes code (XRay, patchable sites, static keys).
 pub static LOCK: Mutex<()> = Mutex::new(());

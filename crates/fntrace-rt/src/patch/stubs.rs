@@ -7,6 +7,7 @@
 //! every object in range and by every target; a stub, once written, never
 //! changes, so code may call it at any time.
 
+use super::PatchError;
 use std::sync::Mutex;
 
 /// Stub pages: (page address, stubs used, targets in slot order).
@@ -32,7 +33,7 @@ fn near_len(p: u64, len: u64, lo: u64, hi: u64) -> bool {
 /// A stub jumping to `target`, reachable with `rel32` from all of
 /// `[lo, hi)` (an object's mapped range). `what` names the object for the
 /// error message.
-pub fn stub(target: u64, lo: u64, hi: u64, what: &str) -> Result<u64, String> {
+pub fn stub(target: u64, lo: u64, hi: u64, what: &str) -> Result<u64, PatchError> {
     let mut pages = PAGES.lock().unwrap_or_else(|e| e.into_inner());
     for (page, slots) in pages.iter() {
         if near(*page, lo, hi)
@@ -48,7 +49,9 @@ pub fn stub(target: u64, lo: u64, hi: u64, what: &str) -> Result<u64, String> {
         Some(i) => i,
         None => {
             let p = map_near(lo, hi).ok_or_else(|| {
-                format!("{what}: no free page within 2 GiB of it for trampoline stubs")
+                PatchError::Code(format!(
+                    "{what}: no free page within 2 GiB of it for trampoline stubs"
+                ))
             })?;
             pages.push((p, vec![]));
             pages.len() - 1
@@ -76,10 +79,12 @@ fn map_near(lo: u64, hi: u64) -> Option<u64> {
 /// Maps `len` bytes (a multiple of the page size) of read + execute
 /// memory within reach of `[lo, hi)`, for code written once (call
 /// wrappers). `what` names the object for the error message.
-pub fn area_near(lo: u64, hi: u64, len: u64, what: &str) -> Result<u64, String> {
+pub fn area_near(lo: u64, hi: u64, len: u64, what: &str) -> Result<u64, PatchError> {
     let len = len.div_ceil(4096) * 4096;
     map_near_len(lo, hi, len).ok_or_else(|| {
-        format!("{what}: no free memory within 2 GiB of it for {len} bytes of wrappers")
+        PatchError::Code(format!(
+            "{what}: no free memory within 2 GiB of it for {len} bytes of wrappers"
+        ))
     })
 }
 

@@ -5,6 +5,8 @@
 //! and makes them read + execute again when dropped. The error names the
 //! object and the address, and says when a W^X policy is the likely cause.
 
+use super::PatchError;
+
 /// Page size on x86_64 Linux.
 const PAGE: u64 = 4096;
 
@@ -16,7 +18,7 @@ pub struct Writable {
 impl Writable {
     /// Makes the pages covering every `(address, length)` range writable.
     /// `what` names the object for error messages.
-    pub fn open(ranges: &[(u64, u64)], what: &str) -> Result<Writable, String> {
+    pub fn open(ranges: &[(u64, u64)], what: &str) -> Result<Writable, PatchError> {
         let mut pages: Vec<(u64, u64)> = ranges
             .iter()
             .filter(|r| r.1 > 0)
@@ -49,11 +51,11 @@ impl Writable {
             };
             if r != 0 {
                 let e = std::io::Error::last_os_error();
-                return Err(format!(
+                return Err(PatchError::Code(format!(
                     "{what}: cannot make code writable at {start:#x} ({e}); the system \
                      forbids writable code (a W^X policy such as SELinux deny_execmem or \
                      PaX MPROTECT)"
-                ));
+                )));
             }
             w.runs.push((start, len));
         }

@@ -53,4 +53,3 @@ pub fn module_symbols(path: &std::path::Path, bias: u64) -> Vec<(u64, u64, Strin
     out.dedup_by_key(|e| e.0);
     out
 }
-

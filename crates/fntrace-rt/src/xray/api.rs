@@ -6,6 +6,8 @@ use core::sync::atomic::Ordering;
 
 use super::patch::{self, status};
 use super::tramp::{HANDLER, HANDLER_ARG1, Handler, HandlerArg1, USER};
+use crate::config::PatternError;
+use crate::patch::PatchError;
 
 /// `int __xray_set_handler(void (*entry)(int32_t, XRayEntryType))`.
 #[unsafe(no_mangle)]
@@ -103,14 +105,14 @@ pub extern "C" fn __xray_init() {
 /// Starts recording XRay events with the fntrace recorder: finds the
 /// sleds and patches them all. Returns the number of sleds patched.
 /// Objects loaded later (`dlopen`) are patched when they appear. With
-/// `FNTRACE_PATCH` (regular expressions on demangled names, one per line,
-/// what `fntrace record -P` sets) only matching functions are patched.
-pub fn start_recording() -> usize {
+/// `patterns` (`-P`: regular expressions on demangled names) only
+/// matching functions are patched.
+pub fn start_recording(patterns: &[String]) -> usize {
     super::tramp::RECORD.store(true, Ordering::Release);
     if !patch::scan() {
         return 0;
     }
-    match patch_patterns() {
+    match patch_patterns(patterns) {
         Some(sel) => patch::patch_where(true, &|s| sel.contains(&s.func)).unwrap_or(0),
         None => patch::patch_where(true, &|_| true).unwrap_or(0),
     }
@@ -119,9 +121,8 @@ pub fn start_recording() -> usize {
 /// Patches (`on`) or unpatches the XRay functions whose demangled name
 /// matches `pattern`; returns how many functions were selected (0 when the
 /// process has no sleds).
-pub fn patch_matching(pattern: &str, on: bool) -> Result<usize, String> {
-    let re = regex_lite::Regex::new(pattern)
-        .map_err(|e| format!("bad function pattern {pattern:?}: {e}"))?;
+pub fn patch_matching(pattern: &str, on: bool) -> Result<usize, PatchError> {
+    let re = regex_lite::Regex::new(pattern).map_err(|e| PatternError::new(pattern, &e))?;
     if !patch::scan() {
         return Ok(0);
     }
@@ -139,29 +140,20 @@ pub fn patch_matching(pattern: &str, on: bool) -> Result<usize, String> {
     }
     match patch::patch_where(on, &|s| sel.contains(&s.func)) {
         Ok(_) | Err(status::NOT_INITIALIZED) => Ok(sel.len()),
-        Err(s) => Err(format!("XRay patching failed (status {s})")),
+        Err(s) => Err(PatchError::Xray(s)),
     }
 }
 
-/// Environment variable selecting the XRay functions to patch.
-pub const ENV_PATCH: &str = "FNTRACE_PATCH";
-
-/// Start addresses of the sled functions whose names match
-/// `FNTRACE_PATCH`, or `None` when it is not set.
-fn patch_patterns() -> Option<std::collections::HashSet<u64>> {
-    let v = std::env::var(ENV_PATCH)
-        .ok()
-        .filter(|v| !v.trim().is_empty())?;
-    let res: Vec<regex_lite::Regex> = v
-        .lines()
-        .filter(|l| !l.is_empty())
-        .filter_map(|l| match regex_lite::Regex::new(l) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                eprintln!("fntrace: bad function pattern {l:?}: {e}");
-                None
-            }
-        })
+/// Start addresses of the sled functions whose names match one of
+/// `patterns` (`-P`), or `None` when there are none (patch everything).
+fn patch_patterns(patterns: &[String]) -> Option<std::collections::HashSet<u64>> {
+    if patterns.is_empty() {
+        return None;
+    }
+    // The patterns were checked when the configuration was parsed.
+    let res: Vec<regex_lite::Regex> = patterns
+        .iter()
+        .filter_map(|p| regex_lite::Regex::new(p).ok())
         .collect();
     let objs = patch::OBJECTS.lock().unwrap_or_else(|e| e.into_inner());
     let mut sel = std::collections::HashSet::new();

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use super::sleds::{self, Sled, kind};
+use crate::patch::PatchError;
 
 /// compiler-rt's `XRayPatchingStatus`.
 pub mod status {
@@ -273,7 +274,7 @@ pub fn function_names(o: &XObject) -> Vec<(u64, String)> {
 }
 
 /// The stubs of `o` (entry, exit, tail, log-args), mapped near it once.
-fn stubs(o: &mut XObject) -> Result<[u64; 4], String> {
+fn stubs(o: &mut XObject) -> Result<[u64; 4], PatchError> {
     if o.stubs[0] != 0 {
         return Ok(o.stubs);
     }
@@ -292,7 +293,7 @@ fn patch_object(
     o: &mut XObject,
     on: bool,
     pick: &dyn Fn(&Sled) -> bool,
-) -> Result<usize, String> {
+) -> Result<usize, PatchError> {
     if !o.alive {
         return Ok(0);
     }

@@ -73,7 +73,7 @@ extern "C" fn dispatch_entry(id: i32, kind: u32, arg1: u64) {
     if RECORD.load(Ordering::Relaxed) {
         let func = super::patch::function_address(id);
         if func != 0 {
-            recorder::explicit_entry(func, 0);
+            crate::calls::entry::explicit_entry(func, 0);
         }
     }
 }
@@ -86,7 +86,7 @@ extern "C" fn dispatch_exit(id: i32, kind: u32, arg1: u64) {
     if RECORD.load(Ordering::Relaxed) {
         let func = super::patch::function_address(id);
         if func != 0 {
-            recorder::explicit_exit(func);
+            crate::calls::entry::explicit_exit(func);
         }
     }
 }
@@ -129,13 +129,13 @@ macro_rules! call_trampoline {
         call_trampoline!(
             @ $kind,
             $dispatch,
-            crate::hooks::fast::fast_entry!(
-                crate::hooks::fast::fast_push_args!(),
+            crate::calls::fast::fast_entry!(
+                crate::calls::fast::fast_push_args!(),
                 xray_func!(),
                 "",
-                crate::hooks::fast::frame_explicit!(),
-                concat!(crate::hooks::fast::fast_pop_args!(), "ret\n"),
-                crate::hooks::fast::fast_pop_args!()
+                crate::calls::fast::frame_explicit!(),
+                concat!(crate::calls::fast::fast_pop_args!(), "ret\n"),
+                crate::calls::fast::fast_pop_args!()
             )
         )
     };
@@ -143,16 +143,16 @@ macro_rules! call_trampoline {
         call_trampoline!(
             @ $kind,
             $dispatch,
-            crate::hooks::fast::fast_exit!(
-                crate::hooks::fast::fast_push_args!(),
+            crate::calls::fast::fast_exit!(
+                crate::calls::fast::fast_push_args!(),
                 xray_func!(),
-                concat!(crate::hooks::fast::fast_pop_args!(), "ret\n"),
-                crate::hooks::fast::fast_pop_args!()
+                concat!(crate::calls::fast::fast_pop_args!(), "ret\n"),
+                crate::calls::fast::fast_pop_args!()
             )
         )
     };
     (@ $kind:expr, $dispatch:ident, $fast:expr) => {
-        crate::hooks::tramp::saving_trampoline!(
+        crate::calls::tramp::saving_trampoline!(
             [$fast],
             ["mov rdx, rdi", "mov edi, r10d", "mov esi, {kind}"],
             [],
@@ -162,8 +162,8 @@ macro_rules! call_trampoline {
             record = sym RECORD,
             funcs = sym super::patch::FUNCS,
             session = sym recorder::SESSION,
-            features = sym crate::filter::FEATURES,
-            switch = sym crate::hooks::fast::fntrace_fast_switch,
+            features = sym crate::features::FEATURES,
+            switch = sym crate::calls::fast::fntrace_fast_switch,
             entry = sym $dispatch,
         )
     };
@@ -206,7 +206,7 @@ pub unsafe extern "C" fn fntrace_xray_exit() {
     core::arch::naked_asm!(
         // Fast path: rax and rdx saved, r8, r9, r11, rcx, rsi clobbered
         // (dead at a `ret`).
-        crate::hooks::fast::fast_exit!(
+        crate::calls::fast::fast_exit!(
             "push rax\npush rdx\n",
             xray_func!(),
             "pop rdx\npop rax\nret\n",
@@ -237,8 +237,8 @@ pub unsafe extern "C" fn fntrace_xray_exit() {
         record = sym RECORD,
         funcs = sym super::patch::FUNCS,
         session = sym recorder::SESSION,
-        features = sym crate::filter::FEATURES,
-        switch = sym crate::hooks::fast::fntrace_fast_switch,
+        features = sym crate::features::FEATURES,
+        switch = sym crate::calls::fast::fntrace_fast_switch,
     )
 }
 

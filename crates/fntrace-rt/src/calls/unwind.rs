@@ -22,7 +22,6 @@ use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use super::tramp::exit_trampoline_addr;
-use crate::recorder;
 
 /// A lazily resolved `RTLD_NEXT` symbol.
 struct Next {
@@ -74,7 +73,7 @@ static BACKTRACE_UW: Next = Next::new(b"_Unwind_Backtrace\0");
 static BACKTRACE: Next = Next::new(b"backtrace\0");
 
 fn restore() {
-    recorder::restore_return_addresses(exit_trampoline_addr());
+    crate::calls::entry::restore_return_addresses(exit_trampoline_addr());
 }
 
 /// Interposed `_Unwind_RaiseException` (C++ `throw`, Rust panics).
@@ -151,7 +150,7 @@ pub unsafe extern "C" fn _Unwind_SetIP(ctx: *mut UnwindContext, ip: usize) {
     unsafe {
         let cfa: unsafe extern "C" fn(*mut UnwindContext) -> usize =
             core::mem::transmute(GET_CFA.get());
-        recorder::unwound_to(cfa(ctx) as u64);
+        crate::calls::entry::unwound_to(cfa(ctx) as u64);
         let f: unsafe extern "C" fn(*mut UnwindContext, usize) = core::mem::transmute(SET_IP.get());
         f(ctx, ip)
     }
@@ -188,7 +187,7 @@ pub unsafe extern "C" fn _Unwind_Backtrace(
     trace: unsafe extern "C" fn(*mut UnwindContext, *mut c_void) -> Reason,
     arg: *mut c_void,
 ) -> Reason {
-    recorder::begin_walk(exit_trampoline_addr());
+    crate::calls::entry::begin_walk(exit_trampoline_addr());
     let mut w = WalkArg {
         trace,
         arg,
@@ -202,7 +201,7 @@ pub unsafe extern "C" fn _Unwind_Backtrace(
         ) -> Reason = core::mem::transmute(BACKTRACE_UW.get());
         f(skip_wrapper_frame, (&mut w as *mut WalkArg).cast())
     };
-    recorder::end_walk(exit_trampoline_addr());
+    crate::calls::entry::end_walk(exit_trampoline_addr());
     r
 }
 
@@ -220,14 +219,14 @@ pub unsafe extern "C" fn backtrace(buf: *mut *mut c_void, size: c_int) -> c_int 
     const MAX: usize = 256;
     let mut tmp = [core::ptr::null_mut::<c_void>(); MAX + 1];
     let want = (size as usize).min(MAX) + 1;
-    recorder::begin_walk(exit_trampoline_addr());
+    crate::calls::entry::begin_walk(exit_trampoline_addr());
     // SAFETY: the real function has this signature; `tmp` holds `want`.
     let n = unsafe {
         let f: unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int =
             core::mem::transmute(BACKTRACE.get());
         f(tmp.as_mut_ptr(), want as c_int)
     };
-    recorder::end_walk(exit_trampoline_addr());
+    crate::calls::entry::end_walk(exit_trampoline_addr());
     let n = (n.max(1) as usize - 1).min(size as usize);
     // SAFETY: `buf` has room for `size >= n` pointers (caller contract).
     unsafe { core::ptr::copy_nonoverlapping(tmp.as_ptr().add(1), buf, n) };

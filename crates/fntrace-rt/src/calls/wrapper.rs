@@ -87,8 +87,8 @@ pub fn is_return_point(v: u64, func: u64) -> bool {
 
 /// The wrapper at `at` for the function starting at `func` whose body
 /// starts at `body`; `enter` and `exit` are reachable addresses of
-/// [`crate::hooks::tramp::fntrace_site_entry`] and
-/// [`crate::hooks::tramp::fntrace_site_exit`] (stubs near `at`).
+/// [`crate::calls::tramp::fntrace_site_entry`] and
+/// [`crate::calls::tramp::fntrace_site_exit`] (stubs near `at`).
 pub fn code(at: u64, func: u64, body: u64, enter: u64, exit: u64) -> [u8; SIZE as usize] {
     let rel = |from_end: u64, to: u64| ((to as i64) - (from_end as i64)) as i32;
     let mut b = [0xccu8; SIZE as usize];

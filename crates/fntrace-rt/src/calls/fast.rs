@@ -8,7 +8,7 @@
 //! and (for exits) the newest shadow frame is the one returning. Anything
 //! else — and an event that does not encode in one 8-byte word — leaves
 //! every register as it found it and falls through to the trampoline's
-//! full path, which does the same work in Rust (`recorder::hook_entry`,
+//! full path, which does the same work in Rust (`crate::calls::entry::hook_entry`,
 //! `hook_exit`, `explicit_entry`, `explicit_exit`) and handles every
 //! case. The two paths write the same bytes: the event encodings are the
 //! ones of `fntrace_format::event` (`pack_entry_same`, `pack_entry_new`,
@@ -36,84 +36,6 @@
 //! `offset_of!` by `recorder::fast_layout` at compile time.
 
 use crate::recorder;
-
-/// Offset of `ThreadState::session` (u32).
-macro_rules! t_session {
-    () => {
-        "0"
-    };
-}
-/// Offset of `ThreadState::busy` (bool).
-macro_rules! t_busy {
-    () => {
-        "4"
-    };
-}
-/// Offset of `ThreadState::cur.pos`.
-macro_rules! t_pos {
-    () => {
-        "16"
-    };
-}
-/// Offset of `ThreadState::cur.limit`.
-macro_rules! t_limit {
-    () => {
-        "24"
-    };
-}
-/// Offset of `ThreadState::cur.last_tsc`.
-macro_rules! t_last_tsc {
-    () => {
-        "40"
-    };
-}
-/// Offset of `ThreadState::cur.last_func`.
-macro_rules! t_last_func {
-    () => {
-        "48"
-    };
-}
-/// Offset of `ThreadState::depth` (u32).
-macro_rules! t_depth {
-    () => {
-        "56"
-    };
-}
-/// Offset of `ThreadState::shadow.base`.
-macro_rules! t_sh_base {
-    () => {
-        "80"
-    };
-}
-/// Offset of `ThreadState::shadow.len`.
-macro_rules! t_sh_len {
-    () => {
-        "88"
-    };
-}
-/// Offset of `ThreadState::shadow.overflow`.
-macro_rules! t_sh_overflow {
-    () => {
-        "96"
-    };
-}
-/// Offset of `ThreadState::shadow.restored` (bool).
-macro_rules! t_sh_restored {
-    () => {
-        "104"
-    };
-}
-/// `shadow::CAPACITY`.
-macro_rules! sh_capacity {
-    () => {
-        "131072"
-    };
-}
-
-pub(crate) use {
-    sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit, t_pos, t_session, t_sh_base,
-    t_sh_len, t_sh_overflow, t_sh_restored,
-};
 
 /// Pushes the registers the entry fast path uses (7 words: the
 /// trampoline's return address is then at `rsp + 56`).
@@ -145,13 +67,13 @@ macro_rules! fast_checks {
             "test eax, eax\n",
             "jz 89f\n",
             "cmp dword ptr [r11 + ",
-            $crate::hooks::fast::t_session!(),
+            $crate::recorder::t_session!(),
             "], eax\n",
             "jne 89f\n",
             "cmp dword ptr [rip + {features}], 0\n",
             "jne 89f\n",
             "cmp byte ptr [r11 + ",
-            $crate::hooks::fast::t_busy!(),
+            $crate::recorder::t_busy!(),
             "], 0\n",
             "jne 89f\n",
         )
@@ -166,19 +88,19 @@ macro_rules! fast_delta {
     () => {
         concat!(
             "mov byte ptr [r11 + ",
-            $crate::hooks::fast::t_busy!(),
+            $crate::recorder::t_busy!(),
             "], 1\n",
             "rdtsc\n",
             "shl rdx, 32\n",
             "or rax, rdx\n",
             "mov rsi, rax\n",
             "sub rax, qword ptr [r11 + ",
-            $crate::hooks::fast::t_last_tsc!(),
+            $crate::recorder::t_last_tsc!(),
             "]\n",
             "jae 81f\n",
             "xor eax, eax\n",
             "mov rsi, qword ptr [r11 + ",
-            $crate::hooks::fast::t_last_tsc!(),
+            $crate::recorder::t_last_tsc!(),
             "]\n",
             "81:\n",
         )
@@ -262,7 +184,7 @@ macro_rules! fast_first {
             $shift,
             "\n",
             "mov ecx, 8\n",
-            $crate::hooks::fast::fast_varint!($l, $m),
+            $crate::calls::fast::fast_varint!($l, $m),
             $n,
             "0:\n",
         )
@@ -277,15 +199,15 @@ macro_rules! fast_store {
         concat!(
             "shr ecx, 3\n",
             "mov rdx, qword ptr [r11 + ",
-            $crate::hooks::fast::t_pos!(),
+            $crate::recorder::t_pos!(),
             "]\n",
             "mov qword ptr [rdx], rax\n",
             "add rdx, rcx\n",
             "mov qword ptr [r11 + ",
-            $crate::hooks::fast::t_pos!(),
+            $crate::recorder::t_pos!(),
             "], rdx\n",
             "mov qword ptr [r11 + ",
-            $crate::hooks::fast::t_last_tsc!(),
+            $crate::recorder::t_last_tsc!(),
             "], rsi\n",
         )
     };
@@ -302,11 +224,11 @@ macro_rules! fast_tail {
             // rdx: the new position, left by `fast_store!` (nothing
             // between them touches rdx).
             "cmp rdx, qword ptr [r11 + ",
-            $crate::hooks::fast::t_limit!(),
+            $crate::recorder::t_limit!(),
             "]\n",
             "ja 86f\n",
             "mov byte ptr [r11 + ",
-            $crate::hooks::fast::t_busy!(),
+            $crate::recorder::t_busy!(),
             "], 0\n",
             "85:\n",
             $done,
@@ -316,7 +238,7 @@ macro_rules! fast_tail {
             "jmp 85b\n",
             "88:\n",
             "mov byte ptr [r11 + ",
-            $crate::hooks::fast::t_busy!(),
+            $crate::recorder::t_busy!(),
             "], 0\n",
             "89:\n",
             $bail,
@@ -337,63 +259,63 @@ macro_rules! fast_entry {
         concat!(
             $push,
             $func,
-            $crate::hooks::fast::fast_checks!(),
+            $crate::calls::fast::fast_checks!(),
             $restored_check,
             "mov rcx, qword ptr [r11 + ",
-            $crate::hooks::fast::t_sh_len!(),
+            $crate::recorder::t_sh_len!(),
             "]\n",
             "cmp rcx, ",
-            $crate::hooks::fast::sh_capacity!(),
+            $crate::recorder::sh_capacity!(),
             "\n",
             "jae 89f\n",
             "cmp qword ptr [r11 + ",
-            $crate::hooks::fast::t_sh_base!(),
+            $crate::recorder::t_sh_base!(),
             "], 0\n",
             "je 89f\n",
-            $crate::hooks::fast::fast_delta!(),
+            $crate::calls::fast::fast_delta!(),
             "cmp r8, qword ptr [r11 + ",
-            $crate::hooks::fast::t_last_func!(),
+            $crate::recorder::t_last_func!(),
             "]\n",
             "jne 82f\n",
             // Same function as the last entry: 01cddddd.
-            $crate::hooks::fast::fast_first!("5", "0x1f", "0x40", "5", "70", "71", "72"),
+            $crate::calls::fast::fast_first!("5", "0x1f", "0x40", "5", "70", "71", "72"),
             "jmp 87f\n",
             "82:\n",
             // A new function: 001cdddd, the rest of the delta, then the
             // function as a zigzag delta from the last entry's.
-            $crate::hooks::fast::fast_first!("4", "0x0f", "0x20", "4", "73", "74", "75"),
+            $crate::calls::fast::fast_first!("4", "0x0f", "0x20", "4", "73", "74", "75"),
             "mov r9, r8\n",
             "sub r9, qword ptr [r11 + ",
-            $crate::hooks::fast::t_last_func!(),
+            $crate::recorder::t_last_func!(),
             "]\n",
             "lea rdx, [r9 + r9]\n",
             "sar r9, 63\n",
             "xor r9, rdx\n",
-            $crate::hooks::fast::fast_varint!("76", "77"),
+            $crate::calls::fast::fast_varint!("76", "77"),
             "87:\n",
-            $crate::hooks::fast::fast_store!(),
+            $crate::calls::fast::fast_store!(),
             "mov qword ptr [r11 + ",
-            $crate::hooks::fast::t_last_func!(),
+            $crate::recorder::t_last_func!(),
             "], r8\n",
             "inc dword ptr [r11 + ",
-            $crate::hooks::fast::t_depth!(),
+            $crate::recorder::t_depth!(),
             "]\n",
             // The shadow frame at base + len * 32: ret, slot, func, flags.
             "mov rcx, qword ptr [r11 + ",
-            $crate::hooks::fast::t_sh_len!(),
+            $crate::recorder::t_sh_len!(),
             "]\n",
             "mov rax, rcx\n",
             "shl rax, 5\n",
             "add rax, qword ptr [r11 + ",
-            $crate::hooks::fast::t_sh_base!(),
+            $crate::recorder::t_sh_base!(),
             "]\n",
             "mov qword ptr [rax + 16], r8\n",
             $frame,
             "inc rcx\n",
             "mov qword ptr [r11 + ",
-            $crate::hooks::fast::t_sh_len!(),
+            $crate::recorder::t_sh_len!(),
             "], rcx\n",
-            $crate::hooks::fast::fast_tail!($done, $bail),
+            $crate::calls::fast::fast_tail!($done, $bail),
         )
     };
 }
@@ -438,7 +360,7 @@ macro_rules! check_restored {
     () => {
         concat!(
             "cmp byte ptr [r11 + ",
-            $crate::hooks::fast::t_sh_restored!(),
+            $crate::recorder::t_sh_restored!(),
             "], 0\n",
             "jne 89f\n",
         )
@@ -452,14 +374,14 @@ pub(crate) use check_restored;
 macro_rules! fast_exit_record {
     () => {
         concat!(
-            $crate::hooks::fast::fast_delta!(),
-            $crate::hooks::fast::fast_first!("6", "0x3f", "0x80", "6", "60", "61", "62"),
-            $crate::hooks::fast::fast_store!(),
+            $crate::calls::fast::fast_delta!(),
+            $crate::calls::fast::fast_first!("6", "0x3f", "0x80", "6", "60", "61", "62"),
+            $crate::calls::fast::fast_store!(),
             "dec dword ptr [r11 + ",
-            $crate::hooks::fast::t_depth!(),
+            $crate::recorder::t_depth!(),
             "]\n",
             "dec qword ptr [r11 + ",
-            $crate::hooks::fast::t_sh_len!(),
+            $crate::recorder::t_sh_len!(),
             "]\n",
         )
     };
@@ -473,18 +395,18 @@ macro_rules! fast_top {
     ($match:expr) => {
         concat!(
             "mov rcx, qword ptr [r11 + ",
-            $crate::hooks::fast::t_sh_len!(),
+            $crate::recorder::t_sh_len!(),
             "]\n",
             "test rcx, rcx\n",
             "jz 89f\n",
             "cmp dword ptr [r11 + ",
-            $crate::hooks::fast::t_depth!(),
+            $crate::recorder::t_depth!(),
             "], 0\n",
             "je 89f\n",
             "mov rax, rcx\n",
             "shl rax, 5\n",
             "add rax, qword ptr [r11 + ",
-            $crate::hooks::fast::t_sh_base!(),
+            $crate::recorder::t_sh_base!(),
             "]\n",
             "sub rax, 32\n",
             $match,
@@ -502,12 +424,12 @@ macro_rules! fast_exit {
         concat!(
             $push,
             $func,
-            $crate::hooks::fast::fast_checks!(),
+            $crate::calls::fast::fast_checks!(),
             "cmp qword ptr [r11 + ",
-            $crate::hooks::fast::t_sh_overflow!(),
+            $crate::recorder::t_sh_overflow!(),
             "], 0\n",
             "jne 89f\n",
-            $crate::hooks::fast::fast_top!(concat!(
+            $crate::calls::fast::fast_top!(concat!(
                 "cmp qword ptr [rax + 16], r8\n",
                 "jne 89f\n",
                 "cmp qword ptr [rax + 8], 0\n",
@@ -515,8 +437,8 @@ macro_rules! fast_exit {
                 "cmp dword ptr [rax + 24], 1\n",
                 "jne 89f\n",
             )),
-            $crate::hooks::fast::fast_exit_record!(),
-            $crate::hooks::fast::fast_tail!($done, $bail),
+            $crate::calls::fast::fast_exit_record!(),
+            $crate::calls::fast::fast_tail!($done, $bail),
         )
     };
 }
@@ -531,8 +453,8 @@ macro_rules! fast_hook_exit {
         concat!(
             "push rax\n",
             "push rdx\n",
-            $crate::hooks::fast::fast_checks!(),
-            $crate::hooks::fast::fast_top!(concat!(
+            $crate::calls::fast::fast_checks!(),
+            $crate::calls::fast::fast_top!(concat!(
                 "lea rdx, [rsp + 8]\n",
                 "cmp qword ptr [rax + 8], rdx\n",
                 "jne 89f\n",
@@ -540,8 +462,8 @@ macro_rules! fast_hook_exit {
                 "jne 89f\n",
                 "mov r10, qword ptr [rax]\n",
             )),
-            $crate::hooks::fast::fast_exit_record!(),
-            $crate::hooks::fast::fast_tail!($done, $bail),
+            $crate::calls::fast::fast_exit_record!(),
+            $crate::calls::fast::fast_tail!($done, $bail),
         )
     };
 }

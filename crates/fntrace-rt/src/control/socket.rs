@@ -24,26 +24,32 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-pub use crate::live::{ENV_CONTROL, socket_dir, socket_path};
+use super::socket_dir;
 
 /// Creates (or checks) the private socket directory.
-fn private_dir() -> Result<PathBuf, String> {
+fn private_dir() -> std::io::Result<PathBuf> {
     let d = socket_dir();
     match std::fs::DirBuilder::new().mode(0o700).create(&d) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("{}: {e}", d.display())),
+        Err(e) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("{}: {e}", d.display()),
+            ));
+        }
     }
-    let m = std::fs::symlink_metadata(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+    let m = std::fs::symlink_metadata(&d)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", d.display())))?;
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
     if !m.is_dir() || m.uid() != me || m.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
+        return Err(std::io::Error::other(format!(
             "{}: not a private directory of uid {me} (mode {:o}, owner {}); control disabled",
             d.display(),
             m.permissions().mode() & 0o7777,
             m.uid()
-        ));
+        )));
     }
     Ok(d)
 }
@@ -52,18 +58,21 @@ fn private_dir() -> Result<PathBuf, String> {
 static LISTENING: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// Starts the control thread (once per process; again in a forked child).
-pub fn start() -> Result<PathBuf, String> {
+pub fn start() -> std::io::Result<PathBuf> {
     let dir = private_dir()?;
     let pid = std::process::id();
     let path = dir.join(format!("{pid}.sock"));
     let _ = std::fs::remove_file(&path);
-    let l = UnixListener::bind(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let l = UnixListener::bind(&path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
     *LISTENING.lock().unwrap_or_else(|e| e.into_inner()) = Some(path.clone());
     std::thread::Builder::new()
         .name("fntrace-ctl".into())
         .spawn(move || serve(l))
-        .map_err(|e| format!("cannot start the control thread: {e}"))?;
+        .map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot start the control thread: {e}"))
+        })?;
     Ok(path)
 }
 
@@ -154,7 +163,7 @@ fn session(s: UnixStream) -> std::io::Result<()> {
                 writeln!(w, "ok {} functions enabled", v.len())?;
             }
             ("status", _) => {
-                let (total, _, bad) = super::site_counts();
+                let (total, _, bad) = crate::dynamic::site_counts();
                 let on = super::enabled_functions().len();
                 writeln!(
                     w,

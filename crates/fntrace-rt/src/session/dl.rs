@@ -2,7 +2,8 @@
 //! to the trace's module map (and their XRay sleds patched when recording)
 //! as soon as they are loaded, so their addresses symbolise even if the
 //! process later crashes; unloaded modules are forgotten by the XRay
-//! runtime.
+//! runtime. Part of `session`: a process event fanned out to every
+//! mechanism.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -32,7 +33,7 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void
         f(file, mode)
     };
     if !h.is_null() {
-        crate::recorder::note_modules_changed();
+        super::note_modules_changed();
     }
     h
 }

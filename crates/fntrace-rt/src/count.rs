@@ -2,7 +2,9 @@
 //! thread counts gprof-style call-graph arcs (call site, callee) in an
 //! open-addressing table of its own, without atomics or timestamps. The
 //! tables are linked into a global list when created and written to the
-//! trace's metadata when the session finishes.
+//! trace's metadata when the session finishes. Policy: the mechanisms
+//! count through it; the thread state holds each thread's table as an
+//! opaque pointer.
 
 #![cfg_attr(not(feature = "compiler-hooks"), allow(dead_code))]
 
@@ -22,9 +24,6 @@ pub(crate) static COUNT_MODE: AtomicBool = AtomicBool::new(false);
 static TABLES: AtomicPtr<Table> = AtomicPtr::new(ptr::null_mut());
 /// Arcs that found no slot.
 pub(crate) static LOST_ARCS: AtomicU64 = AtomicU64::new(0);
-
-/// Environment variable that selects counting mode.
-pub const ENV_COUNT: &str = "FNTRACE_COUNT";
 
 /// One arc slot (`count == 0`: free). 24 bytes: `from`, `to`, `count`.
 #[repr(C)]
@@ -67,14 +66,7 @@ pub(crate) const HASH_K: u64 = 0x7FEB_352D;
 /// Turns counting mode on or off (before recording starts).
 pub fn set_count_mode(on: bool) {
     COUNT_MODE.store(on, Ordering::Relaxed);
-    crate::filter::set_feature(crate::filter::FEAT_COUNT, on);
-}
-
-/// Reads `FNTRACE_COUNT`.
-pub(crate) fn init_from_env() {
-    if std::env::var_os(ENV_COUNT).is_some_and(|v| v == "1") {
-        set_count_mode(true);
-    }
+    crate::features::set_feature(crate::features::FEAT_COUNT, on);
 }
 
 /// The first probe of arc (`from`, `to`) (the assembly fast path hashes
@@ -130,10 +122,15 @@ unsafe fn add(t: *mut Table, from: u64, to: u64, n: u64) -> bool {
     false
 }
 
-/// Counts one call along (`from`, `to`) in the table `*table` (created on
-/// first use, grown when half full).
+/// Counts one call along (`from`, `to`) in the table `*slot` (the
+/// thread state's opaque arc-table pointer: created on first use, grown
+/// when a quarter full).
 #[inline(always)]
-pub(crate) fn count(table: &mut *mut Table, from: u64, to: u64) {
+pub(crate) fn count(slot: &mut *mut core::ffi::c_void, from: u64, to: u64) {
+    // SAFETY: the thread state's `arcs` slot holds null or a `Table` this
+    // module created; a pointer to a pointer has the same layout whatever
+    // it points to.
+    let table = unsafe { &mut *(slot as *mut *mut core::ffi::c_void).cast::<*mut Table>() };
     if table.is_null() && !create(table, FIRST_SLOTS) {
         LOST_ARCS.fetch_add(1, Ordering::Relaxed);
         return;
@@ -274,7 +271,7 @@ mod tests {
     fn tables_grow_and_keep_every_arc() {
         // 100,000 arcs (far past the first table's 4,096 slots), some from
         // one call site to many callees, counted 1 to 3 times each.
-        let mut t: *mut Table = ptr::null_mut();
+        let mut t: *mut core::ffi::c_void = ptr::null_mut();
         let base = 0x7f00_0000_0000u64;
         let arc = |k: u64| (base + (k % 5000) * 5, 0x40_0000 + k * 16);
         for round in 0..3u64 {
@@ -286,7 +283,7 @@ mod tests {
             }
         }
         // SAFETY: the table is ours and live.
-        let slots = unsafe { (*t).mask + 1 };
+        let slots = unsafe { (*t.cast::<Table>()).mask + 1 };
         assert!(slots >= 4 * 100_000, "{slots}");
         let mut seen = std::collections::HashMap::new();
         for_each_arc(|from, to, c| {

@@ -1,0 +1,428 @@
+//! The call protocol every mechanism that must observe exits shares:
+//! entries that push a shadow frame (and hijack the return address, or
+//! wait for an explicit exit), exits through the exit trampoline or
+//! announced explicitly, popping frames skipped by `longjmp` or unwound
+//! by an exception, and putting return addresses back for unwinders and
+//! backtraces. Filter, argument and counting decisions are asked of the
+//! policy layer; events are written by the sink (`recorder`).
+
+use std::sync::atomic::{Ordering, compiler_fence};
+
+use fntrace_format::event::Framed;
+
+use crate::recorder::shadow::{self, F_HIJACKED, F_NOTRACE, F_RECORDED, F_RETVAL, F_TRACE, Frame};
+use crate::recorder::{self, SESSION, ThreadState, state, with_state};
+use crate::{args, count, features, filter};
+
+/// Whether a call of `func` is recorded given the thread's filter regions,
+/// and the filter flags its shadow frame gets.
+#[inline(always)]
+fn hook_decision(t: &ThreadState, func: u64, feat: u32) -> (bool, u32) {
+    if feat & features::FEAT_FILTERS == 0 {
+        return (
+            feat & features::FEAT_DEPTH == 0 || filter::depth_ok(t.depth),
+            0,
+        );
+    }
+    let class = filter::classify(func);
+    let mut flags = 0;
+    if class == filter::NOTRACE {
+        flags |= F_NOTRACE;
+    }
+    if class == filter::TRACE {
+        flags |= F_TRACE;
+    }
+    let inside = !filter::has_trace_filters() || t.trace_regions > 0 || class == filter::TRACE;
+    let record = inside && t.notrace_regions == 0 && class != filter::NOTRACE;
+    (record && filter::depth_ok(t.depth), flags)
+}
+
+/// Entry of a function whose exit is observed by replacing the return
+/// address in `slot` with `tramp` (mcount, fentry, patchable entries).
+/// `regs` points at the trampoline's saved registers (rdi, rsi, rdx, rcx,
+/// r8, r9 at word offsets [`REG_ARGS`]..+6) where the arguments are
+/// intact (fentry-style entries), or is null.
+///
+/// # Safety
+/// `slot` must be the address of the live return-address slot of the
+/// function being entered, `tramp` an exit trampoline that ends in
+/// [`hook_exit`], and `regs` null or valid for reads of the save area.
+#[inline(always)]
+pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64, regs: *const u64) {
+    #[cfg(all(test, feature = "compiler-hooks"))]
+    super::fast_tests::RUST_ENTRIES.fetch_add(1, Ordering::Relaxed);
+    let t = state();
+    let feat = features::features();
+    if feat & features::FEAT_COUNT != 0 {
+        if !t.busy {
+            t.busy = true;
+            // SAFETY: as below, `slot` is the live return-address slot.
+            count::count(&mut t.arcs, unsafe { slot.read() }, func);
+            t.busy = false;
+        }
+        return;
+    }
+    let sid = SESSION.load(Ordering::Relaxed);
+    // A thread that never attached has session 0, like "no session".
+    if (t.session != sid || sid == 0 || t.busy) && !recorder::attach_slow(t) {
+        return;
+    }
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    if t.shadow.restored && t.shadow.walking == 0 {
+        resync(t, tramp);
+    }
+    let (record, flags) = hook_decision(t, func, feat);
+    if (record || flags != 0) && t.shadow.has_room() {
+        // SAFETY: by the caller's contract `slot` is the live return
+        // slot of the function being entered, on this thread's stack.
+        let ret = unsafe { slot.read() };
+        let mut flags = flags;
+        if record {
+            recorder::record_entry_inner(t, func);
+            if feat & features::FEAT_ARGS != 0 {
+                // SAFETY: the caller's contract on `regs`.
+                flags |= unsafe { capture_args(t, func, regs) };
+            }
+        }
+        if flags & F_TRACE != 0 {
+            t.trace_regions += 1;
+        }
+        if flags & F_NOTRACE != 0 {
+            t.notrace_regions += 1;
+        }
+        let rec = if record { F_RECORDED } else { 0 };
+        t.shadow
+            .push(Frame::new(ret, slot as u64, func, flags | rec | F_HIJACKED));
+        // SAFETY: as above; the original is kept in the shadow frame.
+        unsafe { slot.write(tramp) };
+    } else if record {
+        // Too deep for the shadow stack: not recorded, counted.
+        t.lost += 1;
+    }
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+}
+
+/// Word offset of the saved rdi in a trampoline's save area (rsi, rdx,
+/// rcx, r8, r9 follow).
+pub const REG_ARGS: usize = 17;
+
+/// Writes the `-A` arguments of a just-recorded entry; returns
+/// [`F_RETVAL`] if its return value is to be recorded.
+///
+/// # Safety
+/// `regs` is null or valid for reads of 6 words at [`REG_ARGS`].
+#[cold]
+unsafe fn capture_args(t: &mut ThreadState, func: u64, regs: *const u64) -> u32 {
+    let m = args::mask(func);
+    if m & 0x3f != 0 && !regs.is_null() {
+        let mut vals = [0i64; 6];
+        let mut n = 0;
+        for (i, v) in vals.iter_mut().enumerate() {
+            if m & (1 << i) != 0 {
+                // SAFETY: the caller's contract.
+                *v = unsafe { regs.add(REG_ARGS + i).read() } as i64;
+                n = i + 1;
+            }
+        }
+        // Arguments up to the highest one asked for (the record holds a
+        // prefix of the argument list).
+        recorder::write_record(t, false, |_| Framed::Args { values: &vals[..n] });
+    }
+    if m & args::RETVAL != 0 { F_RETVAL } else { 0 }
+}
+
+/// Pops shadow frames `from..` (newest first), recording the exits of the
+/// recorded ones (if `record`) and leaving their filter regions.
+#[inline(always)]
+fn pop_frames(t: &mut ThreadState, from: usize, record: bool) {
+    while t.shadow.len > from {
+        let top = t.shadow.len - 1;
+        let f = t.shadow.frames()[top];
+        t.shadow.len = top;
+        if f.flags & F_TRACE != 0 {
+            t.trace_regions = t.trace_regions.saturating_sub(1);
+        }
+        if f.flags & F_NOTRACE != 0 {
+            t.notrace_regions = t.notrace_regions.saturating_sub(1);
+        }
+        if record && f.flags & F_RECORDED != 0 {
+            recorder::exit_inner(t);
+        }
+    }
+}
+
+/// Exit through a hijacked return address: `slot` is the stack slot the
+/// trampoline was returned from. Pops the matching shadow frame (and any
+/// newer ones, skipped by `longjmp`) and returns the original return
+/// address. `rax` is the function's return value (recorded for `-R`). A
+/// slot without a frame aborts with a message: there is no address to
+/// return to.
+#[inline(always)]
+pub fn hook_exit(slot: u64, rax: u64) -> u64 {
+    let t = state();
+    let Some(i) = t.shadow.find_slot(slot) else {
+        lost_return_address(slot)
+    };
+    let f = t.shadow.frames()[i];
+    let ret = f.ret;
+    let record = !t.busy && t.session == SESSION.load(Ordering::Relaxed);
+    let was_busy = t.busy;
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    if record && f.flags & (F_RETVAL | F_RECORDED) == F_RETVAL | F_RECORDED {
+        pop_frames(t, i + 1, record);
+        recorder::write_record(t, false, |_| Framed::RetVal { value: rax as i64 });
+    }
+    pop_frames(t, i, record);
+    compiler_fence(Ordering::SeqCst);
+    t.busy = was_busy;
+    ret
+}
+
+#[cold]
+fn lost_return_address(slot: u64) -> ! {
+    let mut msg = *b"fntrace: no shadow frame for return slot 0x0000000000000000; aborting\n";
+    let hex = b"0123456789abcdef";
+    for i in 0..16 {
+        msg[43 + i] = hex[((slot >> (60 - 4 * i)) & 15) as usize];
+    }
+    // SAFETY: writes a stack buffer to stderr, then aborts.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort()
+    }
+}
+
+/// Entry of a function that announces its exit explicitly
+/// (`__cyg_profile_func_enter`).
+#[inline(always)]
+pub fn explicit_entry(func: u64, call_site: u64) {
+    let t = state();
+    let feat = features::features();
+    // Fast path: no filters, depth limit or counting; attached, not busy,
+    // room on the shadow stack.
+    if feat == 0
+        && !t.busy
+        && t.session != 0
+        && t.session == SESSION.load(Ordering::Relaxed)
+        && t.shadow.len < shadow::CAPACITY
+        && t.shadow.is_reserved()
+    {
+        t.busy = true;
+        compiler_fence(Ordering::SeqCst);
+        recorder::record_entry_inner(t, func);
+        t.shadow.push(Frame::new(0, 0, func, F_RECORDED));
+        compiler_fence(Ordering::SeqCst);
+        t.busy = false;
+        return;
+    }
+    explicit_entry_slow(t, func, call_site, feat)
+}
+
+#[inline(never)]
+fn explicit_entry_slow(t: &mut ThreadState, func: u64, call_site: u64, feat: u32) {
+    if feat & features::FEAT_COUNT != 0 {
+        if !t.busy {
+            t.busy = true;
+            count::count(&mut t.arcs, call_site, func);
+            t.busy = false;
+        }
+        return;
+    }
+    let sid = SESSION.load(Ordering::Relaxed);
+    // A thread that never attached has session 0, like "no session".
+    if (t.session != sid || sid == 0 || t.busy) && !recorder::attach_slow(t) {
+        return;
+    }
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    let (record, flags) = hook_decision(t, func, feat);
+    if t.shadow.has_room() {
+        if record {
+            recorder::record_entry_inner(t, func);
+        }
+        if flags & F_TRACE != 0 {
+            t.trace_regions += 1;
+        }
+        if flags & F_NOTRACE != 0 {
+            t.notrace_regions += 1;
+        }
+        let rec = if record { F_RECORDED } else { 0 };
+        t.shadow.push(Frame::new(0, 0, func, flags | rec));
+    } else {
+        t.shadow.overflow += 1;
+        if record {
+            t.lost += 1;
+        }
+    }
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+}
+
+/// Exit announced explicitly (`__cyg_profile_func_exit`): pops to the
+/// newest frame of `func` (newer ones were skipped by `longjmp`).
+#[inline(always)]
+pub fn explicit_exit(func: u64) {
+    let t = state();
+    // Fast path: the newest frame is this function's, recorded, nothing
+    // else to undo.
+    let n = t.shadow.len;
+    if n > 0 && !t.busy && t.shadow.overflow == 0 && features::features() == 0 {
+        let f = t.shadow.frames()[n - 1];
+        if f.func == func && f.slot == 0 && f.flags == F_RECORDED {
+            t.shadow.len = n - 1;
+            if t.session == SESSION.load(Ordering::Relaxed) {
+                t.busy = true;
+                compiler_fence(Ordering::SeqCst);
+                recorder::exit_inner(t);
+                compiler_fence(Ordering::SeqCst);
+                t.busy = false;
+            }
+            return;
+        }
+    }
+    explicit_exit_slow(t, func)
+}
+
+#[inline(never)]
+fn explicit_exit_slow(t: &mut ThreadState, func: u64) {
+    if features::features() & features::FEAT_COUNT != 0 {
+        return;
+    }
+    if t.busy {
+        return;
+    }
+    if t.shadow.overflow > 0 {
+        t.shadow.overflow -= 1;
+        return;
+    }
+    let Some(i) = t
+        .shadow
+        .frames()
+        .iter()
+        .rposition(|f| f.func == func && f.slot == 0)
+    else {
+        return;
+    };
+    let record = t.session == SESSION.load(Ordering::Relaxed);
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    pop_frames(t, i, record);
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+}
+
+/// Puts the original return addresses back into every hijacked slot of
+/// the calling thread, for an unwinder or a backtrace that reads them.
+/// Slots that no longer hold `tramp` belong to dead frames and are left.
+pub fn restore_return_addresses(tramp: u64) {
+    with_state(|t| {
+        if t.busy {
+            return;
+        }
+        for f in t.shadow.frames().iter_mut().rev() {
+            if f.flags & F_HIJACKED == 0 {
+                continue;
+            }
+            f.flags &= !F_HIJACKED;
+            let slot = f.slot as *mut u64;
+            // SAFETY: the slot was a return-address slot of this thread's
+            // stack. It is only written if it still holds the trampoline
+            // (the frame is live, or nobody reused the memory), newest
+            // frames first, so a reused slot is restored by its newest owner
+            // and then no longer matches for older, dead frames.
+            unsafe {
+                if held_by_us(slot.read(), f, tramp) {
+                    slot.write(f.ret);
+                }
+            }
+        }
+        t.shadow.restored = true;
+    })
+}
+
+/// A landing pad is being installed in the frame whose CFA is `cfa`:
+/// every shadow frame below that frame is gone (its exit is recorded now).
+pub fn unwound_to(cfa: u64) {
+    with_state(|t| {
+        if t.busy {
+            return;
+        }
+        let floor = cfa.wrapping_sub(8);
+        let keep = t
+            .shadow
+            .frames()
+            .iter()
+            .position(|f| f.slot != 0 && f.slot < floor)
+            .unwrap_or(t.shadow.len);
+        let record = t.session == SESSION.load(Ordering::Relaxed);
+        t.busy = true;
+        compiler_fence(Ordering::SeqCst);
+        pop_frames(t, keep, record);
+        t.shadow.resync_floor = floor;
+        compiler_fence(Ordering::SeqCst);
+        t.busy = false;
+    })
+}
+
+/// Starts a stack walk (a backtrace): original return addresses are put
+/// back and stay there, even while code called by the walker runs, until
+/// [`end_walk`].
+pub fn begin_walk(tramp: u64) {
+    restore_return_addresses(tramp);
+    with_state(|t| t.shadow.walking += 1);
+}
+
+/// Ends a stack walk begun with [`begin_walk`] and re-hijacks the frames.
+pub fn end_walk(tramp: u64) {
+    with_state(|t| {
+        t.shadow.walking = t.shadow.walking.saturating_sub(1);
+        if !t.busy && t.shadow.restored && t.shadow.walking == 0 {
+            t.busy = true;
+            resync(t, tramp);
+            t.busy = false;
+        }
+    })
+}
+
+/// Whether a return-address slot holding `v` is taken over by frame `f`:
+/// it holds the exit trampoline, or (a patched site's call wrapper called
+/// the body) the return point of `f`'s wrapper.
+fn held_by_us(v: u64, f: &Frame, tramp: u64) -> bool {
+    if v == tramp {
+        return true;
+    }
+    #[cfg(feature = "compiler-hooks")]
+    if super::wrapper::is_return_point(v, f.func) {
+        return true;
+    }
+    let _ = f;
+    false
+}
+
+/// Re-hijacks frames restored for an unwinder whose slots still hold
+/// their original return address.
+#[cold]
+#[inline(never)]
+fn resync(t: &mut ThreadState, tramp: u64) {
+    let floor = t.shadow.resync_floor;
+    for f in t.shadow.frames().iter_mut() {
+        if f.flags & F_HIJACKED != 0 || f.slot == 0 || f.slot < floor {
+            continue;
+        }
+        let slot = f.slot as *mut u64;
+        // SAFETY: frames at or above the last landing pad's frame are live
+        // (the unwinder stopped there); a live frame's slot holds `ret`,
+        // and a slot holding anything else is left alone.
+        unsafe {
+            if slot.read() == f.ret {
+                slot.write(tramp);
+                f.flags |= F_HIJACKED;
+            }
+        }
+    }
+    t.shadow.restored = false;
+    t.shadow.resync_floor = 0;
+}

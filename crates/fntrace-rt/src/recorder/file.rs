@@ -1,0 +1,359 @@
+//! The trace file of a session: creating and mapping it, its header and
+//! the process metadata (command line, modules), finishing it (final
+//! block, truncation), `msync`, and forgetting it in a forked child.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use fntrace_format::event::Framed;
+use fntrace_format::layout::{
+    DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, FINAL_OFFSET, Final, HDR_FLAG_TSC_INVARIANT, HEADER_SIZE,
+    Header, VERSION_MAJOR, VERSION_MINOR,
+};
+
+use super::state::{Cursor, with_state};
+use super::write::{close_thread, grow, seal, write_meta};
+use super::{CALIBRATION_NS, CURRENT, LIFECYCLE, NEXT_ID, Options, SESSION, Summary, UNINIT};
+use crate::{clock, procinfo};
+
+/// A recording session: its file, the reservation it is mapped into, the
+/// chunk allocator and the metadata stream.
+pub(crate) struct Session {
+    pub(crate) id: u32,
+    pub(crate) path: PathBuf,
+    pub(crate) fd: libc::c_int,
+    pub(crate) base: *mut u8,
+    pub(crate) reserved: usize,
+    pub(crate) chunk_size: usize,
+    pub(crate) max_chunks: u64,
+    /// Bytes of the file that exist and are mapped.
+    pub(crate) mapped: AtomicUsize,
+    pub(crate) next_chunk: AtomicU64,
+    pub(crate) grow_lock: Mutex<()>,
+    pub(crate) finished: AtomicBool,
+    pub(crate) lost: AtomicU64,
+    pub(crate) threads: AtomicU32,
+    pub(crate) header: Header,
+    /// The options the session was started with (for forked children).
+    pub(crate) opts: Options,
+    pub(crate) meta: Mutex<Cursor>,
+    /// Modules already described (start, size).
+    pub(crate) modules: Mutex<Vec<(u64, u64)>>,
+}
+
+// SAFETY: the raw pointers in `Session` point into a mapping that lives as
+// long as the process; shared mutable state is atomic or behind a Mutex.
+unsafe impl Sync for Session {}
+// SAFETY: as above; nothing in `Session` is tied to the creating thread.
+unsafe impl Send for Session {}
+// SAFETY: a Cursor is only used under the `meta` Mutex or by its thread.
+unsafe impl Send for Cursor {}
+
+// ---------------------------------------------------------------------------
+// Session life cycle.
+
+/// Starts recording into a new trace file. Fails if a session is already
+/// active or the file cannot be created and mapped. (`session::start`
+/// is the public entry: it also installs the process hooks.)
+pub(crate) fn start(opts: &Options) -> io::Result<PathBuf> {
+    let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    start_locked(opts)
+}
+
+/// Creates, describes and publishes a session; the caller holds
+/// `LIFECYCLE`.
+pub(crate) fn start_locked(opts: &Options) -> io::Result<PathBuf> {
+    let cur = SESSION.load(Ordering::Acquire);
+    if cur != 0 && cur != UNINIT {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "fntrace: a recording is already active",
+        ));
+    }
+    let s: &'static Session = Box::leak(Box::new(create_session(opts)?));
+    write_process_metadata(s);
+    CURRENT.store(s as *const Session as *mut Session, Ordering::Release);
+    SESSION.store(s.id, Ordering::Release);
+    Ok(s.path.clone())
+}
+
+pub(crate) fn open_trace(path: &Path, exclusive: bool) -> io::Result<(libc::c_int, PathBuf)> {
+    let open = |p: &Path, excl: bool| -> io::Result<libc::c_int> {
+        let c = CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+        let flags = libc::O_RDWR
+            | libc::O_CREAT
+            | libc::O_CLOEXEC
+            | if excl { libc::O_EXCL } else { libc::O_TRUNC };
+        // SAFETY: `c` is a valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644) };
+        if fd < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(fd)
+        }
+    };
+    if !exclusive {
+        return open(path, false).map(|fd| (fd, path.to_path_buf()));
+    }
+    match open(path, true) {
+        Ok(fd) => Ok((fd, path.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let mut p = path.as_os_str().to_owned();
+            p.push(format!(".{}", std::process::id()));
+            let p = PathBuf::from(p);
+            open(&p, false).map(|fd| (fd, p))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
+    let with_path =
+        |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", opts.path.display()));
+    let (fd, path) = open_trace(&opts.path, opts.exclusive).map_err(with_path)?;
+    let chunk_size = DEFAULT_CHUNK_SIZE as usize;
+    let max = opts
+        .max_size
+        .max(HEADER_SIZE as u64 + 2 * chunk_size as u64);
+    let max_chunks = (max - HEADER_SIZE as u64) / chunk_size as u64;
+    let reserved = HEADER_SIZE as usize + max_chunks as usize * chunk_size;
+    // SAFETY: an anonymous PROT_NONE reservation; nothing else refers to it.
+    let base = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            reserved,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        let e = io::Error::last_os_error();
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        return Err(with_path(e));
+    }
+    let tsc_hz = clock::calibrate(CALIBRATION_NS);
+    let (start_tsc, start_mono_ns) = clock::clock_pair();
+    let header = Header {
+        version_major: VERSION_MAJOR,
+        version_minor: VERSION_MINOR,
+        header_size: HEADER_SIZE,
+        chunk_size: chunk_size as u32,
+        flags: if clock::tsc_invariant() {
+            HDR_FLAG_TSC_INVARIANT
+        } else {
+            0
+        },
+        tsc_hz,
+        start_tsc,
+        start_mono_ns,
+        start_realtime_ns: clock::realtime_ns(),
+        pid: std::process::id(),
+    };
+    let s = Session {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        path,
+        fd,
+        base: base as *mut u8,
+        reserved,
+        chunk_size,
+        max_chunks,
+        mapped: AtomicUsize::new(0),
+        next_chunk: AtomicU64::new(0),
+        grow_lock: Mutex::new(()),
+        finished: AtomicBool::new(false),
+        lost: AtomicU64::new(0),
+        threads: AtomicU32::new(0),
+        header,
+        opts: opts.clone(),
+        meta: Mutex::new(Cursor::EMPTY),
+        modules: Mutex::new(Vec::new()),
+    };
+    if !grow(&s, HEADER_SIZE as usize) {
+        let e = io::Error::last_os_error();
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        return Err(with_path(e));
+    }
+    let hb = s.header.encode();
+    // SAFETY: the header page is mapped and file-backed (grow above).
+    unsafe { ptr::copy_nonoverlapping(hb.as_ptr(), s.base, hb.len()) };
+    Ok(s)
+}
+
+pub(crate) fn write_process_metadata(s: &Session) {
+    let exe = procinfo::exe_path();
+    let cmdline = procinfo::cmdline(16 << 10);
+    // SAFETY: getppid cannot fail.
+    let ppid = unsafe { libc::getppid() } as u64;
+    write_meta(
+        s,
+        &Framed::Process {
+            pid: u64::from(std::process::id()),
+            ppid,
+            exe: &exe,
+            cmdline: &cmdline,
+        },
+    );
+    write_modules(s);
+}
+
+pub(crate) fn write_modules(s: &Session) {
+    let mut known = s.modules.lock().unwrap_or_else(|e| e.into_inner());
+    procinfo::for_each_module(|m| {
+        if known.contains(&(m.start, m.size)) {
+            return;
+        }
+        known.push((m.start, m.size));
+        write_meta(
+            s,
+            &Framed::Module {
+                bias: m.bias,
+                start: m.start,
+                size: m.size,
+                build_id: m.build_id,
+                path: m.path,
+            },
+        );
+    });
+}
+
+/// Describes modules loaded since the session started (after `dlopen`).
+/// Returns whether a session is active.
+pub(crate) fn note_modules() -> bool {
+    let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    let p = CURRENT.load(Ordering::Acquire);
+    let sid = SESSION.load(Ordering::Acquire);
+    if p.is_null() || sid == 0 || sid == UNINIT {
+        return false;
+    }
+    // SAFETY: sessions are leaked.
+    write_modules(unsafe { &*p });
+    true
+}
+
+/// Calls its argument with every counted arc (`from`, `to`, `count`).
+pub(crate) type ArcSource<'a> = &'a dyn Fn(&mut dyn FnMut(u64, u64, u64));
+
+/// Finishes the active session: writes the arcs `arcs` reports (counting
+/// mode), closes the calling thread's stream (with a thread-exit record
+/// if `process_exit`), writes the final block and truncates the file.
+/// Other threads stop recording at their next event; their last chunks
+/// stay unsealed (readers handle that).
+pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary> {
+    let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    let p = CURRENT.load(Ordering::Acquire);
+    let sid = SESSION.load(Ordering::Acquire);
+    if p.is_null() || sid == 0 || sid == UNINIT {
+        return None;
+    }
+    // SAFETY: sessions are leaked.
+    let s: &'static Session = unsafe { &*p };
+    // Modules loaded since the start (dlopen) become known too.
+    write_modules(s);
+    arcs(&mut |from, to, count| {
+        write_meta(s, &Framed::Arc { from, to, count });
+    });
+    with_state(|t| {
+        if !t.busy && t.session == sid {
+            t.busy = true;
+            close_thread(s, t, process_exit);
+            t.busy = false;
+        }
+    });
+    SESSION.store(0, Ordering::Release);
+    {
+        let m = s.meta.lock().unwrap_or_else(|e| e.into_inner());
+        seal(&m);
+    }
+    let (end_tsc, end_mono_ns) = clock::clock_pair();
+    let h = &s.header;
+    let measured = clock::hz_between((h.start_tsc, h.start_mono_ns), (end_tsc, end_mono_ns))
+        .filter(|_| end_mono_ns - h.start_mono_ns >= 50_000_000);
+    let chunks = {
+        let _g = s.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
+        s.finished.store(true, Ordering::Release);
+        s.next_chunk.load(Ordering::Acquire).min(s.max_chunks)
+    };
+    let fin = Final {
+        flags: FINAL_FLAG_CLEAN,
+        end_tsc,
+        end_mono_ns,
+        tsc_hz: measured.unwrap_or(h.tsc_hz),
+        chunks,
+        lost_events: s.lost.load(Ordering::Relaxed),
+    };
+    let fb = fin.encode();
+    let len = HEADER_SIZE as u64 + chunks * s.chunk_size as u64;
+    // SAFETY: the header page is mapped; truncating to the chunks handed
+    // out keeps every page a thread may still write to inside the file.
+    unsafe {
+        ptr::copy_nonoverlapping(fb.as_ptr(), s.base.add(FINAL_OFFSET), fb.len());
+        libc::ftruncate(s.fd, len as i64);
+        libc::close(s.fd);
+    }
+    Some(Summary {
+        path: s.path.clone(),
+        bytes: len,
+        threads: s.threads.load(Ordering::Relaxed),
+        lost_events: fin.lost_events,
+    })
+}
+
+/// Forces what was recorded so far to stable storage (`msync`). Not
+/// needed for crash safety against process death (the page cache already
+/// holds every event), only against a machine crash.
+pub fn flush() -> io::Result<()> {
+    let p = CURRENT.load(Ordering::Acquire);
+    if p.is_null() || SESSION.load(Ordering::Acquire) == 0 {
+        return Ok(());
+    }
+    // SAFETY: sessions are leaked; the range is mapped.
+    let r = unsafe {
+        let s = &*p;
+        libc::msync(
+            s.base as *mut libc::c_void,
+            s.mapped.load(Ordering::Acquire),
+            libc::MS_SYNC,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// In a child just created by `fork`: forgets the parent's session (the
+/// child shares its `MAP_SHARED` mapping and must never write to it) and
+/// closes the parent's descriptor. Returns the parent's options when it
+/// asked that forked children record into their own file.
+pub(crate) fn forget_after_fork() -> Option<Options> {
+    let p = CURRENT.load(Ordering::Acquire);
+    let was = SESSION.load(Ordering::Acquire);
+    SESSION.store(0, Ordering::Release);
+    CURRENT.store(ptr::null_mut(), Ordering::Release);
+    if p.is_null() || was == 0 || was == UNINIT {
+        return None;
+    }
+    // SAFETY: sessions are leaked.
+    let s: &'static Session = unsafe { &*p };
+    // SAFETY: closing the parent's descriptor in the child only.
+    unsafe { libc::close(s.fd) };
+    s.opts.follow_fork.then(|| s.opts.clone())
+}
+
+/// [`start`] in a child just created by `fork`: `None` if the lock is
+/// held (by a thread of the parent, which does not exist here).
+pub(crate) fn start_after_fork(opts: &Options) -> Option<io::Result<PathBuf>> {
+    let _l = LIFECYCLE.try_lock().ok()?;
+    Some(start_locked(opts))
+}

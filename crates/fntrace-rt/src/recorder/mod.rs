@@ -1,0 +1,198 @@
+//! The event sink: one trace file per session, mapped `MAP_SHARED`, carved
+//! into fixed-size chunks that threads claim with one atomic add and fill
+//! with compact events without locks, allocation or system calls.
+//!
+//! Crash safety: every byte an event writes lands directly in the page
+//! cache of the trace file, so whatever was written before a crash or a
+//! `SIGKILL` is in the file. Short events are written with a single 8-byte
+//! store; longer records write their tail first and their first byte last,
+//! so an interrupted record reads as the end of the stream (the file is
+//! zero-filled). Chunks are sealed (length and CRC) when full, at thread
+//! exit and at finish; unsealed chunks are read up to their first zero byte.
+//!
+//! The bottom of the runtime's layers above the leaves: it knows nothing
+//! of mechanisms, filters or start-up. Mechanisms record through
+//! [`write`]'s entry, exit and record writers on the calling thread's
+//! [`state`]; `session` starts and finishes trace files here.
+//!
+//! - [`state`]: the per-thread state, its TLS block and the offsets the
+//!   assembly fast path uses (the asm↔struct contract, with assertions);
+//! - [`shadow`]: the per-thread shadow stack of open calls;
+//! - [`write`]: attaching threads, chunk claiming, event and record
+//!   writing, sealing;
+//! - [`file`]: the trace file of a session, its header and metadata,
+//!   finishing.
+//!
+//! Ordering of a session's life: [`start`] creates and maps the file,
+//! writes the header and metadata, then publishes the session id in
+//! `SESSION`. Threads attach lazily on their first event. [`finish`]
+//! (explicit, or at `exit`) withdraws the id, seals what the finishing
+//! thread owns, writes the final block and truncates the file to the chunks
+//! handed out. Mappings are never unmapped, so a thread still finishing an
+//! event of an old session writes into valid memory.
+
+pub mod file;
+pub mod shadow;
+pub mod state;
+pub mod write;
+
+use std::path::PathBuf;
+use std::ptr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use fntrace_format::event::MAX_COMPACT_LEN;
+
+pub use file::flush;
+pub(crate) use file::{finish, forget_after_fork, note_modules, start, start_after_fork};
+pub(crate) use state::{ARCS_OFFSET, ThreadState, state, with_state};
+#[cfg(feature = "compiler-hooks")]
+pub(crate) use state::{
+    sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit, t_pos, t_session, t_sh_base,
+    t_sh_len, t_sh_overflow, t_sh_restored,
+};
+#[cfg(feature = "compiler-hooks")]
+pub(crate) use write::fast_chunk_switch;
+pub use write::record_marker;
+pub(crate) use write::{
+    attach_slow, exit_inner, record_entry_inner, record_exit, write_record, write_thread_meta,
+};
+
+use file::Session;
+
+/// Id of the active session; 0 when not recording, [`UNINIT`] before
+/// `session` looked at its start-up configuration.
+pub(crate) static SESSION: AtomicU32 = AtomicU32::new(UNINIT);
+/// `SESSION` before start-up configuration was looked at.
+pub(crate) const UNINIT: u32 = u32::MAX;
+/// The active session (null when none). Sessions are leaked on purpose.
+static CURRENT: AtomicPtr<Session> = AtomicPtr::new(ptr::null_mut());
+/// Serialises start and finish.
+static LIFECYCLE: Mutex<()> = Mutex::new(());
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// Room kept free at the end of every chunk payload so that any compact
+/// event, and the 8-byte store that writes short ones, always fits.
+const SLACK: usize = MAX_COMPACT_LEN + 8;
+/// The file grows by this much at a time (a multiple of the chunk size).
+const GROW_STEP: usize = 4 << 20;
+/// The first growth (header, metadata and the first threads' chunks).
+const FIRST_GROW: usize = 512 << 10;
+/// Calibration window at start.
+const CALIBRATION_NS: u64 = 500_000;
+
+/// The one hook from the sink to the layer above it: what a thread runs
+/// when it meets `SESSION == UNINIT` (its first event before start-up
+/// looked at the configuration). `session` installs its lazy start-up
+/// here; until then such events are not recorded.
+static START_HOOK: AtomicPtr<()> = AtomicPtr::new(ptr::null_mut());
+
+/// Installs the lazy start hook (see [`START_HOOK`]).
+pub(crate) fn set_start_hook(f: fn()) {
+    START_HOOK.store(f as *mut (), Ordering::Release);
+}
+
+/// Runs the lazy start hook, if one is installed and start-up has not
+/// happened yet.
+pub(crate) fn lazy_start() {
+    if SESSION.load(Ordering::Acquire) != UNINIT {
+        return;
+    }
+    let p = START_HOOK.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: only `set_start_hook` stores here, always a `fn()`.
+        let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(p) };
+        f();
+    }
+}
+
+/// Marks start-up as done with no session (leaves an active one alone).
+pub(crate) fn no_session() {
+    let _ = SESSION.compare_exchange(UNINIT, 0, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// How to record.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Output file.
+    pub path: PathBuf,
+    /// Largest file size; events past it are counted as lost.
+    pub max_size: u64,
+    /// Create the file exclusively; if it exists use `PATH.PID` (what
+    /// `fntrace record` asks for, so that child processes that are also
+    /// instrumented write their own files instead of overwriting).
+    pub exclusive: bool,
+    /// A child created by `fork` records into its own file, `PATH.PID`
+    /// (what `fntrace record` asks for); otherwise children record nothing.
+    pub follow_fork: bool,
+}
+
+impl Options {
+    /// Recording into `path` with default limits.
+    pub fn new(path: impl Into<PathBuf>) -> Options {
+        Options {
+            path: path.into(),
+            max_size: crate::config::DEFAULT_MAX_SIZE,
+            exclusive: false,
+            follow_fork: false,
+        }
+    }
+}
+
+/// What [`finish`] reports.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// The trace file.
+    pub path: PathBuf,
+    /// Bytes in the file.
+    pub bytes: u64,
+    /// Threads that recorded at least one event.
+    pub threads: u32,
+    /// Events dropped (no space, or reentrant events).
+    pub lost_events: u64,
+}
+
+/// The session `t` is attached to, if it is still the current one.
+fn attached(t: &ThreadState) -> Option<&'static Session> {
+    if t.session != 0 && t.session == SESSION.load(Ordering::Acquire) {
+        // SAFETY: sessions are leaked, so the pointer stays valid forever.
+        Some(unsafe { &*t.session_ptr })
+    } else {
+        None
+    }
+}
+
+/// Whether events may be recorded: true while a session is active and
+/// before the environment has been checked.
+#[inline(always)]
+pub(crate) fn is_active() -> bool {
+    SESSION.load(Ordering::Relaxed) != 0
+}
+
+/// Whether a session is active (after looking at the environment).
+pub fn is_recording() -> bool {
+    lazy_start();
+    SESSION.load(Ordering::Acquire) != 0
+}
+
+/// The active session's output file.
+pub fn output_path() -> Option<PathBuf> {
+    lazy_start();
+    let p = CURRENT.load(Ordering::Acquire);
+    // SAFETY: sessions are leaked; a non-null pointer stays valid.
+    (!p.is_null() && SESSION.load(Ordering::Acquire) != 0).then(|| unsafe { (*p).path.clone() })
+}
+
+/// Runs `f` unless the calling thread is already inside the recorder or a
+/// guarded handler (a handler that runs instrumented code would otherwise
+/// recurse without end). Returns whether `f` ran.
+pub fn guarded(f: impl FnOnce()) -> bool {
+    let t = state();
+    if t.busy {
+        return false;
+    }
+    t.busy = true;
+    f();
+    state().busy = false;
+    true
+}

@@ -1,0 +1,461 @@
+//! Writing events: attaching a thread to the session (its first chunk
+//! and thread-start record), the compact entry and exit events of the hot
+//! path (one 8-byte store when they fit), framed records (markers,
+//! arguments, return values, metadata), chunk claiming, growing the file
+//! and sealing chunks.
+
+use std::io;
+use std::ptr;
+use std::sync::atomic::{Ordering, compiler_fence};
+
+use fntrace_format::event::{
+    Compact, Framed, MAX_COMPACT_LEN, SliceSink, encode_compact, pack_entry_new, pack_entry_same,
+    pack_exit,
+};
+use fntrace_format::layout::{
+    CHUNK_FLAG_SEALED, CHUNK_HEADER_SIZE, CHUNK_SEAL_OFFSET, ChunkHeader, HEADER_SIZE, META_TID,
+};
+
+use super::file::Session;
+use super::state::{Cursor, EXIT_HOOK, ThreadState, state};
+use super::{CURRENT, FIRST_GROW, GROW_STEP, SESSION, SLACK, UNINIT, lazy_start};
+use crate::{clock, procinfo};
+
+/// Called by the assembly fast path (through `calls::fast::fntrace_fast_switch`)
+/// when its event crossed the chunk's limit, with `busy` set: moves the
+/// thread to a new chunk and clears `busy`.
+#[cfg(feature = "compiler-hooks")]
+pub(crate) extern "C" fn fast_chunk_switch() {
+    let t = state();
+    if t.session != 0 && t.cur.pos > t.cur.limit {
+        next_chunk(t);
+    }
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+}
+
+// ---------------------------------------------------------------------------
+// Hot path.
+
+/// Writes a compact event already packed into `w` (`n` bytes).
+///
+/// # Safety
+/// `t.cur.pos` must be at or before `t.cur.limit` of a live chunk.
+#[inline(always)]
+pub(crate) unsafe fn put_word(t: &mut ThreadState, w: u64, n: u32) {
+    // SAFETY: by the caller's contract at least SLACK (> 8) bytes follow
+    // `pos` inside the mapped chunk. One unaligned 8-byte store writes the
+    // whole event; the bytes past the event are zero before and after.
+    unsafe {
+        (t.cur.pos as *mut u64).write_unaligned(w.to_le());
+        t.cur.pos = t.cur.pos.add(n as usize);
+    }
+}
+
+/// Writes a compact event that does not fit in 8 bytes: everything but the
+/// first byte, then the first byte.
+///
+/// # Safety
+/// As for [`put_word`].
+#[cold]
+pub(crate) unsafe fn put_long(t: &mut ThreadState, ev: Compact) {
+    let mut buf = [0u8; MAX_COMPACT_LEN];
+    let n = encode_compact(ev, &mut buf);
+    // SAFETY: n <= MAX_COMPACT_LEN < SLACK bytes are free after `pos`.
+    unsafe {
+        ptr::copy_nonoverlapping(buf.as_ptr().add(1), t.cur.pos.add(1), n - 1);
+        compiler_fence(Ordering::Release);
+        t.cur.pos.write(buf[0]);
+        t.cur.pos = t.cur.pos.add(n);
+    }
+}
+
+#[inline(always)]
+pub(crate) fn record_entry_inner(t: &mut ThreadState, func: u64) {
+    let d = t.cur.delta_now();
+    let prev = t.cur.last_func;
+    let packed = if func == prev {
+        pack_entry_same(d)
+    } else {
+        pack_entry_new(d, func, prev)
+    };
+    // SAFETY: an attached thread always has `pos <= limit` between events
+    // (chunk switches happen right after the write that crosses `limit`).
+    unsafe {
+        match packed {
+            Some((w, n)) => put_word(t, w, n),
+            None => put_long(t, Compact::Entry { d, func, prev }),
+        }
+    }
+    t.cur.last_func = func;
+    t.depth += 1;
+    if t.cur.pos > t.cur.limit {
+        next_chunk(t);
+    }
+}
+
+/// Records the exit of the innermost recorded call.
+#[inline]
+pub(crate) fn record_exit() {
+    let t = state();
+    let sid = SESSION.load(Ordering::Relaxed);
+    if t.session != sid || t.busy || t.depth == 0 {
+        return;
+    }
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    exit_inner(t);
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+}
+
+/// Writes an exit record; the caller holds `busy` on an attached thread.
+#[inline(always)]
+pub(crate) fn exit_inner(t: &mut ThreadState) {
+    if t.depth == 0 || t.session == 0 {
+        return;
+    }
+    let d = t.cur.delta_now();
+    // SAFETY: as in `record_entry_inner`.
+    unsafe {
+        match pack_exit(d) {
+            Some((w, n)) => put_word(t, w, n),
+            None => put_long(t, Compact::Exit { d }),
+        }
+    }
+    t.depth -= 1;
+    if t.cur.pos > t.cur.limit {
+        next_chunk(t);
+    }
+}
+
+/// The slow path of an entry on a thread that is busy or not attached to
+/// the current session: counts a reentrant event as lost, looks at the
+/// environment once, attaches. Returns whether the thread is now attached
+/// and not busy.
+#[cold]
+#[inline(never)]
+pub(crate) fn attach_slow(t: &mut ThreadState) -> bool {
+    if t.busy {
+        t.lost += 1;
+        return false;
+    }
+    if SESSION.load(Ordering::Acquire) == UNINIT {
+        lazy_start();
+    }
+    let sid = SESSION.load(Ordering::Acquire);
+    if sid == 0 || t.dead {
+        return false;
+    }
+    if t.session != sid {
+        t.busy = true;
+        let ok = attach(t, sid);
+        t.busy = false;
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// Attaches the calling thread to session `sid`: claims its first chunk
+/// and writes the thread-start record.
+pub(crate) fn attach(t: &mut ThreadState, sid: u32) -> bool {
+    let p = CURRENT.load(Ordering::Acquire);
+    if p.is_null() {
+        return false;
+    }
+    // SAFETY: sessions are leaked; `CURRENT` is published after the session
+    // is fully initialised.
+    let s: &'static Session = unsafe { &*p };
+    if s.id != sid {
+        return false;
+    }
+    if t.full && ptr::eq(t.session_ptr, s) {
+        t.lost += 1;
+        s.lost.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    t.tid = procinfo::gettid();
+    t.cur = Cursor::EMPTY;
+    t.depth = 0;
+    t.full = false;
+    t.lost = 0;
+    t.session_ptr = s;
+    if !claim_chunk(s, &mut t.cur, t.tid, 0) {
+        t.full = true;
+        s.lost.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    let mut nb = [0u8; 16];
+    let name = procinfo::thread_name(&mut nb);
+    write_framed(s, &mut t.cur, t.tid, 0, true, |d| Framed::ThreadStart {
+        d,
+        name,
+    });
+    s.threads.fetch_add(1, Ordering::Relaxed);
+    t.session = sid;
+    // Make sure the thread's exit is seen.
+    EXIT_HOOK.with(|_| {});
+    true
+}
+
+/// Moves a thread to a fresh chunk after sealing the full one.
+#[cold]
+#[inline(never)]
+pub(crate) fn next_chunk(t: &mut ThreadState) {
+    // SAFETY: only called by an attached thread.
+    let s = unsafe { &*t.session_ptr };
+    seal(&t.cur);
+    if !claim_chunk(s, &mut t.cur, t.tid, t.depth) {
+        // Out of space: detach; later events of this thread count as lost.
+        t.full = true;
+        t.session = 0;
+        return;
+    }
+    flush_lost(s, t);
+}
+
+/// Reports events dropped so far in a `Lost` record.
+pub(crate) fn flush_lost(s: &Session, t: &mut ThreadState) {
+    if t.lost > 0 {
+        let count = std::mem::take(&mut t.lost);
+        s.lost.fetch_add(count, Ordering::Relaxed);
+        write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| Framed::Lost {
+            d,
+            count,
+        });
+    }
+}
+
+/// Writes the thread's exit record (if `exiting`) and seals its chunk.
+pub(crate) fn close_thread(s: &Session, t: &mut ThreadState, exiting: bool) {
+    if t.cur.chunk.is_null() {
+        return;
+    }
+    flush_lost(s, t);
+    if exiting {
+        let mut nb = [0u8; 16];
+        let name = procinfo::thread_name(&mut nb);
+        write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| {
+            Framed::ThreadExit { d, name }
+        });
+    }
+    seal(&t.cur);
+    t.session = 0;
+}
+
+/// Records a marker event (its name and formatted arguments) on the
+/// calling thread; false when nothing records or the event was dropped.
+pub fn record_marker(name: &str, text: &str) -> bool {
+    let t = state();
+    if (t.busy || t.session == 0 || t.session != SESSION.load(Ordering::Relaxed)) && !attach_slow(t)
+    {
+        return false;
+    }
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    // SAFETY: the thread is attached (checked above), so its session
+    // pointer is set; sessions are leaked.
+    let s = unsafe { &*t.session_ptr };
+    let ok = write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| Framed::Marker {
+        d,
+        name: name.as_bytes(),
+        text: text.as_bytes(),
+    });
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+    ok
+}
+
+/// Writes the framed record `make(delta)` at the cursor (delta 0 unless
+/// `timed`), moving to a new chunk first when it does not fit before the
+/// cursor's limit. Records larger than a chunk are dropped.
+pub(crate) fn write_framed<'a>(
+    s: &Session,
+    cur: &mut Cursor,
+    tid: u32,
+    depth: u32,
+    timed: bool,
+    make: impl Fn(u64) -> Framed<'a>,
+) -> bool {
+    if cur.chunk.is_null() {
+        return false;
+    }
+    let max_len = make(u64::MAX).framed_len();
+    if max_len + SLACK > s.chunk_size - CHUNK_HEADER_SIZE {
+        return false;
+    }
+    if cur.pos as usize + max_len > cur.limit as usize {
+        seal(cur);
+        if !claim_chunk(s, cur, tid, depth) {
+            return false;
+        }
+    }
+    let rec = make(if timed { cur.delta_now() } else { 0 });
+    let len = rec.framed_len();
+    // SAFETY: `len <= max_len` bytes fit before the cursor's limit (checked
+    // above), inside the mapped chunk; the body goes in first and the tag
+    // byte last, so an interrupted record reads as the end of the stream.
+    unsafe {
+        let body = core::slice::from_raw_parts_mut(cur.pos.add(1), len - 1);
+        let mut sink = SliceSink { buf: body, pos: 0 };
+        rec.write_body(&mut sink);
+        compiler_fence(Ordering::Release);
+        cur.pos.write(rec.first_byte());
+        cur.pos = cur.pos.add(len);
+    }
+    true
+}
+
+/// Claims a new chunk for stream `tid` (the cursor's next one) and writes
+/// its header; the cursor's timeline restarts at the chunk's base TSC.
+pub(crate) fn claim_chunk(s: &Session, cur: &mut Cursor, tid: u32, depth: u32) -> bool {
+    if s.finished.load(Ordering::Acquire) {
+        return false;
+    }
+    let idx = s.next_chunk.fetch_add(1, Ordering::Relaxed);
+    if idx >= s.max_chunks {
+        return false;
+    }
+    let end = HEADER_SIZE as usize + (idx as usize + 1) * s.chunk_size;
+    if end > s.mapped.load(Ordering::Acquire) && !grow(s, end) {
+        return false;
+    }
+    let chunk = s
+        .base
+        .wrapping_add(HEADER_SIZE as usize + idx as usize * s.chunk_size);
+    let (base_tsc, base_mono_ns) = (clock::tsc(), clock::monotonic_ns());
+    let seq = if cur.chunk.is_null() { 0 } else { cur.seq + 1 };
+    let h = ChunkHeader {
+        tid,
+        seq,
+        depth,
+        base_tsc,
+        base_mono_ns,
+        ..ChunkHeader::default()
+    };
+    let bytes = h.encode_static();
+    // SAFETY: the chunk lies inside the mapped, file-backed part of the
+    // reservation (checked against `mapped` above) and was handed to this
+    // caller alone by the atomic `next_chunk`. The magic (bytes 0..4) is
+    // written last so a half-written header reads as unused.
+    unsafe {
+        ptr::copy_nonoverlapping(bytes.as_ptr().add(4), chunk.add(4), bytes.len() - 4);
+        compiler_fence(Ordering::Release);
+        ptr::copy_nonoverlapping(bytes.as_ptr(), chunk, 4);
+    }
+    *cur = Cursor {
+        chunk,
+        pos: chunk.wrapping_add(CHUNK_HEADER_SIZE),
+        limit: chunk.wrapping_add(s.chunk_size - SLACK),
+        seq,
+        last_tsc: base_tsc,
+        last_func: 0,
+    };
+    true
+}
+
+/// Makes at least `end` bytes of the file exist and be mapped.
+pub(crate) fn grow(s: &Session, end: usize) -> bool {
+    let _g = s.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mapped = s.mapped.load(Ordering::Acquire);
+    if end <= mapped {
+        return true;
+    }
+    if s.finished.load(Ordering::Acquire) {
+        return false;
+    }
+    // Start small (short runs should not pay for populating megabytes),
+    // then grow in large steps.
+    let step = if mapped < FIRST_GROW {
+        FIRST_GROW
+    } else {
+        GROW_STEP
+    };
+    let new_len = (end.max(mapped + step)).min(s.reserved);
+    if new_len < end {
+        return false;
+    }
+    // SAFETY: plain system calls on our own descriptor; the mapping goes
+    // exactly over the reserved, not yet file-backed range
+    // [base+mapped, base+new_len), which no one else uses.
+    unsafe {
+        // Reserve disk blocks first: a store into a hole of a full disk
+        // would be SIGBUS, an error here is just "no space".
+        let r = libc::fallocate(s.fd, 0, mapped as i64, (new_len - mapped) as i64);
+        if r != 0 {
+            let e = io::Error::last_os_error().raw_os_error();
+            if e != Some(libc::EOPNOTSUPP) || libc::ftruncate(s.fd, new_len as i64) != 0 {
+                return false;
+            }
+        }
+        let p = libc::mmap(
+            s.base.add(mapped) as *mut libc::c_void,
+            new_len - mapped,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+            s.fd,
+            mapped as i64,
+        );
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+    }
+    s.mapped.store(new_len, Ordering::Release);
+    true
+}
+
+/// Seals a chunk: payload length, CRC, then the sealed flag.
+pub(crate) fn seal(cur: &Cursor) {
+    if cur.chunk.is_null() {
+        return;
+    }
+    let len = cur.pos as usize - cur.payload() as usize;
+    // SAFETY: the payload [payload, pos) was written by the owner of this
+    // cursor, which is the caller; the seal fields lie in the chunk header.
+    unsafe {
+        let payload = core::slice::from_raw_parts(cur.payload(), len);
+        let crc = crc32fast::hash(payload);
+        let h = ChunkHeader {
+            flags: CHUNK_FLAG_SEALED,
+            payload_len: len as u32,
+            payload_crc: crc,
+            ..ChunkHeader::default()
+        };
+        let b = h.encode_seal();
+        let at = cur.chunk.add(CHUNK_SEAL_OFFSET);
+        ptr::copy_nonoverlapping(b.as_ptr().add(4), at.add(4), 8);
+        compiler_fence(Ordering::Release);
+        ptr::copy_nonoverlapping(b.as_ptr(), at, 4);
+    }
+}
+
+pub(crate) fn write_meta(s: &Session, rec: &Framed<'_>) {
+    let mut m = s.meta.lock().unwrap_or_else(|e| e.into_inner());
+    if m.chunk.is_null() && !claim_chunk(s, &mut m, META_TID, 0) {
+        return;
+    }
+    write_framed(s, &mut m, META_TID, 0, false, |_| *rec);
+}
+
+/// Writes the framed record `make(delta)` on the calling thread's stream
+/// (see [`write_framed`]); the thread must be attached and hold `busy`.
+pub(crate) fn write_record<'a>(
+    t: &mut ThreadState,
+    timed: bool,
+    make: impl Fn(u64) -> Framed<'a>,
+) -> bool {
+    // SAFETY: only called by an attached thread, whose session pointer is
+    // set; sessions are leaked.
+    let s = unsafe { &*t.session_ptr };
+    write_framed(s, &mut t.cur, t.tid, t.depth, timed, make)
+}
+
+/// Writes `rec` to the metadata stream of the session the calling thread
+/// is attached to.
+pub(crate) fn write_thread_meta(t: &ThreadState, rec: &Framed<'_>) {
+    // SAFETY: only called by an attached thread; sessions are leaked.
+    let s = unsafe { &*t.session_ptr };
+    write_meta(s, rec);
+}

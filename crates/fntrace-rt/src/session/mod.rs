@@ -1,0 +1,267 @@
+//! The session layer, on top of every other: starting a recording from a
+//! [`Config`] (policy, markers, the trace file, XRay, patchable sites, the
+//! control socket, in that order), finishing it, start-up from the
+//! environment before `main` (or lazily at the first event), and the
+//! process events every layer must hear of: `exit`, `fork` (a child
+//! records into `PATH.PID` or nothing), `exec` under a running profiling
+//! timer ([`prof`]) and `dlopen` ([`dl`], fanned out to every mechanism).
+//!
+//! Nothing below imports it; the sink calls back into it through one
+//! hook, [`recorder::set_start_hook`], for a thread whose first event
+//! comes before start-up looked at the environment.
+
+#[cfg(feature = "compiler-hooks")]
+pub mod dl;
+mod prof;
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Mutex, Once};
+
+use crate::config::Config;
+use crate::recorder::{self, Options, Summary};
+use crate::{args, count, filter, markers};
+
+static ENV_INIT: Once = Once::new();
+static PROCESS_HOOKS: Once = Once::new();
+/// The `-P` patterns of the running session (for objects loaded later).
+static PATCH: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Why a session did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration names no output file.
+    #[error("no output file configured")]
+    NoOutput,
+    /// The trace file could not be created or mapped, or a session is
+    /// already active (the message says which, with the path).
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Starts a session from `cfg`: the record-time policy (depth, filters,
+/// argument capture, counting mode), the marker probe, the trace file,
+/// then XRay recording, the patchable sites `cfg` selects and the control
+/// socket. Problems after the file exists (a pattern a mechanism rejects,
+/// a control socket that cannot be made) are reported on standard error
+/// and do not stop the session.
+pub fn start(cfg: &Config) -> Result<PathBuf, StartError> {
+    ENV_INIT.call_once(recorder::no_session);
+    start_config(cfg)
+}
+
+fn start_config(cfg: &Config) -> Result<PathBuf, StartError> {
+    let path = cfg.output.clone().ok_or(StartError::NoOutput)?;
+    apply_policy(cfg);
+    markers::record::start_recording(&cfg.markers);
+    let opts = Options {
+        path,
+        max_size: cfg.max_size,
+        exclusive: cfg.exclusive,
+        follow_fork: cfg.exclusive,
+    };
+    install_process_hooks();
+    let path = recorder::start(&opts)?;
+    *PATCH.lock().unwrap_or_else(|e| e.into_inner()) = cfg.patch.clone();
+    #[cfg(feature = "compiler-hooks")]
+    {
+        crate::xray::api::start_recording(&cfg.patch);
+        start_dynamic(cfg);
+    }
+    Ok(path)
+}
+
+/// Starts recording into a new trace file with nothing else configured
+/// (what `fntrace::start` does in a Rust program). Fails if a session is
+/// already active or the file cannot be created and mapped.
+pub fn start_file(opts: &Options) -> io::Result<PathBuf> {
+    // Looking at the environment later must not start a second session.
+    ENV_INIT.call_once(recorder::no_session);
+    install_process_hooks();
+    recorder::start(opts)
+}
+
+/// The record-time policy of `cfg`.
+fn apply_policy(cfg: &Config) {
+    filter::set_max_depth(cfg.depth);
+    if !cfg.filter.is_empty() || !cfg.notrace.is_empty() {
+        let f: Vec<&str> = cfg.filter.iter().map(String::as_str).collect();
+        let n: Vec<&str> = cfg.notrace.iter().map(String::as_str).collect();
+        if let Err(e) = filter::set_filters(&f, &n) {
+            eprintln!("fntrace: {e}");
+        }
+    }
+    if !cfg.capture.is_empty()
+        && let Err(e) = args::set_specs(&cfg.capture)
+    {
+        eprintln!("fntrace: {e}");
+    }
+    if cfg.count {
+        count::set_count_mode(true);
+    }
+}
+
+/// Switches on the patchable sites `-F`/`-N`/`-P` select (all without
+/// them) and starts the control socket if asked. With patchable sites the
+/// selection is what is patched, so the recording-time region filters
+/// are cleared (a function switched on later with `fntrace live` must be
+/// recorded wherever it is called).
+#[cfg(feature = "compiler-hooks")]
+fn start_dynamic(cfg: &Config) {
+    let mut trace = cfg.filter.clone();
+    trace.extend(cfg.patch.iter().cloned());
+    // `call mcount`/`call __fentry__` become patchable sites (call
+    // wrappers instead of a hijacked return) unless `-F`/`-N`/`-P` ask
+    // for their semantics, counting mode wants its own fast path, or
+    // `FNTRACE_KEEP_CALLS=1`.
+    crate::dynamic::set_convert_calls(cfg.converts_calls());
+    match crate::dynamic::start(&trace, &cfg.notrace) {
+        Ok(_) => {
+            if crate::dynamic::site_counts().0 > 0 {
+                let _ = filter::set_filters(&[], &[]);
+            }
+        }
+        Err(e) => eprintln!("fntrace: {e}"),
+    }
+    if cfg.control
+        && let Err(e) = crate::control::socket::start()
+    {
+        eprintln!("fntrace: control socket: {e}");
+    }
+}
+
+/// Finishes the active session: the counted arcs (counting mode), the
+/// calling thread's stream, the final block, the file's final size.
+/// Other threads stop recording at their next event; their last chunks
+/// stay unsealed (readers handle that).
+pub fn finish() -> Option<Summary> {
+    recorder::finish(false, &|f| count::for_each_arc(f))
+}
+
+/// Whether a session is active (after looking at the environment).
+pub fn is_recording() -> bool {
+    recorder::is_recording()
+}
+
+/// Objects were loaded (`dlopen`): their modules go into the trace, and
+/// every policy and mechanism resolves and patches them as it did the
+/// others.
+pub fn note_modules_changed() {
+    if !recorder::note_modules() {
+        return;
+    }
+    filter::scan_new_modules();
+    args::scan_new_modules();
+    #[cfg(feature = "compiler-hooks")]
+    {
+        if crate::xray::tramp::RECORD.load(std::sync::atomic::Ordering::Acquire) {
+            let patch = PATCH.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            crate::xray::api::start_recording(&patch);
+        }
+        crate::dynamic::scan();
+    }
+}
+
+extern "C" fn at_exit() {
+    #[cfg(feature = "compiler-hooks")]
+    crate::control::socket::stop();
+    recorder::finish(true, &|f| count::for_each_arc(f));
+}
+
+extern "C" fn after_fork_child() {
+    // The child shares the parent's MAP_SHARED mapping: it must never write
+    // to it. It records nothing unless it starts a session of its own.
+    let Some(mut o) = recorder::forget_after_fork() else {
+        return;
+    };
+    let mut name = o.path.clone().into_os_string();
+    name.push(format!(".{}", std::process::id()));
+    o.path = name.into();
+    o.exclusive = true;
+    if let Some(Err(e)) = recorder::start_after_fork(&o) {
+        eprintln!("fntrace: child {}: cannot record: {e}", std::process::id());
+    }
+    #[cfg(feature = "compiler-hooks")]
+    if crate::control::socket::forget() {
+        let _ = crate::control::socket::start();
+    }
+}
+
+fn install_process_hooks() {
+    PROCESS_HOOKS.call_once(|| {
+        // SAFETY: registering plain `extern "C"` functions without state.
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+        }
+    });
+}
+
+/// Starts a session if `FNTRACE_OUTPUT` is set (once per process): the
+/// lazy start hook of the sink, and what the constructor below runs.
+pub(crate) fn init_from_env() {
+    if ENV_INIT.is_completed() {
+        return;
+    }
+    // Instrumented code that runs while we initialise (a dependency built
+    // with instrumentation, a hook in a library we call) must not start
+    // initialising again on this thread: it would wait for itself.
+    let t = recorder::state();
+    if t.busy {
+        return;
+    }
+    t.busy = true;
+    ENV_INIT.call_once(init_from_env_once);
+    recorder::state().busy = false;
+}
+
+/// Whether the `LD_PRELOAD` runtime is in the process besides this one
+/// (then it records; this copy, linked into the program without
+/// `compiler-hooks`, stays idle instead of writing a second trace).
+fn preload_runtime_present() -> bool {
+    if cfg!(feature = "compiler-hooks") {
+        return false;
+    }
+    // SAFETY: dlsym with a NUL-terminated name.
+    !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"fntrace_preload_marker".as_ptr()) }.is_null()
+}
+
+fn init_from_env_once() {
+    let cfg = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            for bad in &e.invalid {
+                eprintln!("fntrace: {bad}");
+            }
+            *e.usable
+        }
+    };
+    if cfg.output.is_none() {
+        recorder::no_session();
+        return;
+    }
+    if preload_runtime_present() {
+        recorder::no_session();
+        markers::record::forward_to_preload(&cfg.markers);
+        return;
+    }
+    let _prof = prof::ProfTimerGuard::new();
+    if let Err(e) = start_config(&cfg) {
+        eprintln!("fntrace: cannot record: {e}");
+        recorder::no_session();
+    }
+}
+
+/// Runs at program start (before `main`) so that recording requested
+/// through the environment starts with the process, not at the first
+/// instrumented call; it also installs the sink's lazy start hook, for
+/// instrumented code that runs before it (other constructors).
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT_FROM_ENV: extern "C" fn() = {
+    extern "C" fn init() {
+        recorder::set_start_hook(init_from_env);
+        init_from_env();
+    }
+    init
+};
