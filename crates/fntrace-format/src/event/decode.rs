@@ -9,7 +9,8 @@ use super::{
 use crate::varint::{get_uvarint, unzigzag};
 
 /// A problem found while decoding a payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("byte {offset} of the chunk payload: {problem}")]
 pub struct DecodeError {
     /// Offset inside the payload where the bad record starts.
     pub offset: usize,
@@ -409,6 +410,10 @@ mod tests {
         let e = Decoder::new(&buf, 0).next_record().unwrap_err();
         assert_eq!(e.offset, 0);
         assert_eq!(e.problem, "record runs past the end of its chunk");
+        assert_eq!(
+            e.to_string(),
+            "byte 0 of the chunk payload: record runs past the end of its chunk"
+        );
     }
 
     #[test]
