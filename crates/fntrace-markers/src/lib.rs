@@ -86,8 +86,8 @@ pub use arg::{AnyArgs, Arg, FmtBuf, Signature};
 pub use marker::{DefaultDesign, Design, DesignKind, Event, Marker, MarkerCore, design};
 #[cfg(all(feature = "alloc", any(feature = "std", feature = "critical-section")))]
 pub use registry::{
-    Error, KeyPatcher, Probe, ProbeHandle, find, set_key_patcher, set_probe, set_probe_on,
-    signature_of,
+    Error, KeyPatcher, PatchError, Probe, ProbeHandle, find, set_key_patcher, set_probe,
+    set_probe_on, signature_of,
 };
 
 #[doc(hidden)]

@@ -3,6 +3,7 @@
 //! copy-on-write probe arrays, and switching a marker's disabled path when
 //! its first probe arrives or its last one leaves.
 
+use alloc::borrow::Cow;
 use alloc::boxed::Box;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -39,7 +40,7 @@ pub enum Error {
         /// The marker's name.
         marker: String,
         /// What failed.
-        reason: String,
+        reason: PatchError,
     },
 }
 
@@ -63,9 +64,50 @@ impl core::fmt::Display for Error {
 
 impl core::error::Error for Error {}
 
+/// Why a marker's static-key sites could not be switched: the `reason` of
+/// [`Error::Patch`], and what a [`KeyPatcher`] returns.
+///
+/// The patcher's own failures (text that cannot be made writable, a site
+/// out of reach of a `jmp`, ...) belong to the crate that patches code, so
+/// they travel as its message: a patcher can return `Err("...".into())`
+/// and use `?` on a `Result<_, &'static str>` or `Result<_, String>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PatchError {
+    /// No code patcher is installed (this crate patches nothing itself).
+    NoPatcher,
+    /// The installed patcher failed, with its reason.
+    Failed(Cow<'static, str>),
+}
+
+impl core::fmt::Display for PatchError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PatchError::NoPatcher => f.write_str(
+                "no code patcher is installed (link the fntrace runtime, or declare the marker `as Flag`)",
+            ),
+            PatchError::Failed(reason) => f.write_str(reason),
+        }
+    }
+}
+
+impl core::error::Error for PatchError {}
+
+impl From<&'static str> for PatchError {
+    fn from(reason: &'static str) -> PatchError {
+        PatchError::Failed(Cow::Borrowed(reason))
+    }
+}
+
+impl From<String> for PatchError {
+    fn from(reason: String) -> PatchError {
+        PatchError::Failed(Cow::Owned(reason))
+    }
+}
+
 /// Switches a static-key marker's sites (installed by the runtime that
 /// owns code patching, `fntrace-rt`).
-pub type KeyPatcher = fn(&'static MarkerCore, bool) -> Result<(), String>;
+pub type KeyPatcher = fn(&'static MarkerCore, bool) -> Result<(), PatchError>;
 
 static PATCHER: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
@@ -405,8 +447,7 @@ fn enable(m: &'static MarkerCore) -> Result<(), Error> {
     if m.design() == DesignKind::StaticKey && cfg!(target_arch = "x86_64") {
         let p = patcher().ok_or_else(|| Error::Patch {
             marker: m.name().to_string(),
-            reason: "no code patcher is installed (link the fntrace runtime, or declare the marker `as Flag`)"
-                .to_string(),
+            reason: PatchError::NoPatcher,
         })?;
         p(m, true).map_err(|reason| Error::Patch {
             marker: m.name().to_string(),

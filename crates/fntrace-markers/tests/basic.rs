@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fntrace_markers::{Error, Probe, declare_marker, fire};
+use fntrace_markers::{Error, PatchError, Probe, declare_marker, fire};
 
 declare_marker! {
     /// Flag design.
@@ -123,10 +123,36 @@ fn static_key_without_patcher_is_an_error() {
     fire!(KEYED, counted(1));
     let e = KEYED.attach(|_| {}).err().unwrap();
     assert!(
-        matches!(&e, Error::Patch { marker, .. } if marker == "basic_keyed"),
+        matches!(&e, Error::Patch { marker, reason: PatchError::NoPatcher } if marker == "basic_keyed"),
         "{e}"
     );
+    assert_eq!(
+        e.to_string(),
+        "marker `basic_keyed`: cannot switch its static key: no code patcher is installed \
+         (link the fntrace runtime, or declare the marker `as Flag`)"
+    );
     assert!(!KEYED.core().is_enabled());
+}
+
+#[test]
+fn patch_errors_carry_the_patcher_reason() {
+    // What a patcher returns with `.into()` or `?`.
+    let owned: PatchError = format!("mprotect: error {}", 13).into();
+    let borrowed: PatchError = "jump target out of reach".into();
+    assert_eq!(owned.to_string(), "mprotect: error 13");
+    assert_eq!(
+        borrowed,
+        PatchError::Failed("jump target out of reach".into())
+    );
+    let e = Error::Patch {
+        marker: "m".into(),
+        reason: borrowed,
+    };
+    assert_eq!(
+        e.to_string(),
+        "marker `m`: cannot switch its static key: jump target out of reach"
+    );
+    let _: &dyn std::error::Error = &owned;
 }
 
 #[test]

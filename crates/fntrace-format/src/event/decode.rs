@@ -1,0 +1,439 @@
+//! Decoding one chunk payload: the [`Decoder`] turns compact events and
+//! framed records back into [`Record`]s with absolute TSCs, and reports
+//! the first undecodable record as a [`DecodeError`].
+
+use super::{
+    ModuleInfo, ProcessInfo, Record, SiteInfo, TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE,
+    TAG_PROCESS, TAG_RETVAL, TAG_SITE, TAG_THREAD_EXIT, TAG_THREAD_START,
+};
+use crate::varint::{get_uvarint, unzigzag};
+
+/// A problem found while decoding a payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("byte {offset} of the chunk payload: {problem}")]
+pub struct DecodeError {
+    /// Offset inside the payload where the bad record starts.
+    pub offset: usize,
+    /// What is wrong.
+    pub problem: &'static str,
+}
+
+/// Decodes the records of one chunk payload.
+pub struct Decoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    tsc: u64,
+    prev_func: u64,
+}
+
+impl<'a> Decoder<'a> {
+    /// A decoder over `buf` whose first delta is relative to `base_tsc`.
+    pub fn new(buf: &'a [u8], base_tsc: u64) -> Decoder<'a> {
+        Decoder {
+            buf,
+            pos: 0,
+            tsc: base_tsc,
+            prev_func: 0,
+        }
+    }
+
+    /// A decoder continuing where another over the same `buf` stopped
+    /// (its [`position`](Decoder::position), [`tsc`](Decoder::tsc) and
+    /// [`prev_func`](Decoder::prev_func)).
+    #[inline(always)]
+    pub fn resume(buf: &'a [u8], pos: usize, tsc: u64, prev_func: u64) -> Decoder<'a> {
+        Decoder {
+            buf,
+            pos: pos.min(buf.len()),
+            tsc,
+            prev_func,
+        }
+    }
+
+    /// Function of the last entry decoded (0 at the start of a chunk).
+    pub fn prev_func(&self) -> u64 {
+        self.prev_func
+    }
+
+    /// Offset of the next record.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// TSC of the last timed record.
+    pub fn tsc(&self) -> u64 {
+        self.tsc
+    }
+
+    fn err(&self, offset: usize, problem: &'static str) -> DecodeError {
+        DecodeError { offset, problem }
+    }
+
+    #[inline(always)]
+    fn delta(&mut self, first: u8, bits: u32, start: usize) -> Result<u64, DecodeError> {
+        let low = u64::from(first) & ((1 << bits) - 1);
+        let d = if first & (1 << bits) != 0 {
+            // One continuation byte is the common case.
+            let rest = match self.buf.get(self.pos) {
+                Some(&b) if b < 0x80 => {
+                    self.pos += 1;
+                    u64::from(b)
+                }
+                _ => get_uvarint(self.buf, &mut self.pos)
+                    .ok_or_else(|| self.err(start, "truncated or overlong time delta"))?,
+            };
+            if rest == 0 || rest.leading_zeros() < bits {
+                return Err(self.err(start, "invalid time delta"));
+            }
+            low | (rest << bits)
+        } else {
+            low
+        };
+        self.tsc = self.tsc.wrapping_add(d);
+        Ok(d)
+    }
+
+    /// The next record if it is a compact event (entry, exit, tail exit):
+    /// `Ok(Some((kind, func, tsc)))` with kind 0 entry, 1 exit, 2 tail exit.
+    /// `Ok(None)` when the next record is framed or the end: then
+    /// [`next_record`](Decoder::next_record) reads it. Errors as there.
+    #[inline]
+    pub fn next_compact(&mut self) -> Result<Option<(u8, u64, u64)>, DecodeError> {
+        let start = self.pos;
+        let Some(&first) = self.buf.get(self.pos) else {
+            return Ok(None);
+        };
+        match first {
+            0x80..=0xff => {
+                self.pos += 1;
+                self.delta(first, 6, start)?;
+                Ok(Some((1, 0, self.tsc)))
+            }
+            0x40..=0x7f => {
+                self.pos += 1;
+                self.delta(first, 5, start)?;
+                Ok(Some((0, self.prev_func, self.tsc)))
+            }
+            0x20..=0x3f => {
+                self.pos += 1;
+                self.delta(first, 4, start)?;
+                let fd = get_uvarint(self.buf, &mut self.pos)
+                    .ok_or(self.err(start, "truncated function delta"))?;
+                if fd == 0 {
+                    return Err(self.err(start, "new-function entry with zero delta"));
+                }
+                self.prev_func = self.prev_func.wrapping_add(unzigzag(fd) as u64);
+                Ok(Some((0, self.prev_func, self.tsc)))
+            }
+            0x10..=0x1f => {
+                self.pos += 1;
+                self.delta(first, 3, start)?;
+                Ok(Some((2, 0, self.tsc)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The next record: `Ok(None)` at the end marker or the end of the
+    /// buffer, an error at the first record that cannot be decoded.
+    pub fn next_record(&mut self) -> Result<Option<Record>, DecodeError> {
+        let start = self.pos;
+        let Some(&first) = self.buf.get(self.pos) else {
+            return Ok(None);
+        };
+        if first == 0 {
+            return Ok(None);
+        }
+        self.pos += 1;
+        let rec = match first {
+            0x80..=0xff => {
+                self.delta(first, 6, start)?;
+                Record::Exit { tsc: self.tsc }
+            }
+            0x40..=0x7f => {
+                self.delta(first, 5, start)?;
+                Record::Entry {
+                    tsc: self.tsc,
+                    func: self.prev_func,
+                }
+            }
+            0x20..=0x3f => {
+                self.delta(first, 4, start)?;
+                let fd = get_uvarint(self.buf, &mut self.pos)
+                    .ok_or(self.err(start, "truncated function delta"))?;
+                if fd == 0 {
+                    return Err(self.err(start, "new-function entry with zero delta"));
+                }
+                self.prev_func = self.prev_func.wrapping_add(unzigzag(fd) as u64);
+                Record::Entry {
+                    tsc: self.tsc,
+                    func: self.prev_func,
+                }
+            }
+            0x10..=0x1f => {
+                self.delta(first, 3, start)?;
+                Record::TailExit { tsc: self.tsc }
+            }
+            tag => {
+                let len = get_uvarint(self.buf, &mut self.pos)
+                    .ok_or(self.err(start, "truncated record length"))?;
+                let end = self
+                    .pos
+                    .checked_add(len as usize)
+                    .filter(|&e| e <= self.buf.len() && len <= self.buf.len() as u64)
+                    .ok_or(self.err(start, "record runs past the end of its chunk"))?;
+                let body = &self.buf[self.pos..end];
+                self.pos = end;
+                let rec = self
+                    .framed(tag, body)
+                    .ok_or(self.err(start, "malformed record"))?;
+                // A framed record's delta moved `tsc` inside `framed`.
+                rec
+            }
+        };
+        Ok(Some(rec))
+    }
+
+    fn framed(&mut self, tag: u8, body: &[u8]) -> Option<Record> {
+        let mut p = 0usize;
+        let var = |p: &mut usize| get_uvarint(body, p);
+        let bytes = |p: &mut usize| -> Option<&[u8]> {
+            let n = get_uvarint(body, p)? as usize;
+            let end = p.checked_add(n).filter(|&e| e <= body.len())?;
+            let s = &body[*p..end];
+            *p = end;
+            Some(s)
+        };
+        let string = |p: &mut usize| bytes(p).map(|b| String::from_utf8_lossy(b).into_owned());
+        let rec = match tag {
+            TAG_THREAD_START | TAG_THREAD_EXIT => {
+                let d = var(&mut p)?;
+                let name = string(&mut p)?;
+                self.tsc = self.tsc.wrapping_add(d);
+                if tag == TAG_THREAD_START {
+                    Record::ThreadStart {
+                        tsc: self.tsc,
+                        name,
+                    }
+                } else {
+                    Record::ThreadExit {
+                        tsc: self.tsc,
+                        name,
+                    }
+                }
+            }
+            TAG_LOST => {
+                let d = var(&mut p)?;
+                let count = var(&mut p)?;
+                self.tsc = self.tsc.wrapping_add(d);
+                Record::Lost {
+                    tsc: self.tsc,
+                    count,
+                }
+            }
+            TAG_PROCESS => {
+                let pid = var(&mut p)?;
+                let ppid = var(&mut p)?;
+                let exe = string(&mut p)?;
+                let cmdline = bytes(&mut p)?;
+                let args = cmdline
+                    .strip_suffix(&[0])
+                    .unwrap_or(cmdline)
+                    .split(|&b| b == 0)
+                    .filter(|_| !cmdline.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                Record::Process(ProcessInfo {
+                    pid,
+                    ppid,
+                    exe,
+                    args,
+                })
+            }
+            TAG_MODULE => Record::Module(ModuleInfo {
+                bias: var(&mut p)?,
+                start: var(&mut p)?,
+                size: var(&mut p)?,
+                build_id: bytes(&mut p)?.to_vec(),
+                path: string(&mut p)?,
+            }),
+            TAG_SITE => {
+                let key = var(&mut p)?;
+                let prefix = string(&mut p)?;
+                let name = string(&mut p)?;
+                let file = string(&mut p)?;
+                let line = var(&mut p)?;
+                let name = if prefix.is_empty() {
+                    name
+                } else {
+                    format!("{prefix}::{name}")
+                };
+                Record::Site(SiteInfo {
+                    key,
+                    name,
+                    file,
+                    line: u32::try_from(line).unwrap_or(u32::MAX),
+                })
+            }
+            TAG_ARGS => {
+                let n = var(&mut p)?;
+                // Each value takes at least one byte: bound before allocating.
+                if n > body.len() as u64 {
+                    return None;
+                }
+                let mut values = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    values.push(unzigzag(var(&mut p)?));
+                }
+                Record::Args { values }
+            }
+            TAG_RETVAL => Record::RetVal {
+                value: unzigzag(var(&mut p)?),
+            },
+            TAG_MARKER => {
+                let d = var(&mut p)?;
+                let name = string(&mut p)?;
+                let text = string(&mut p)?;
+                self.tsc = self.tsc.wrapping_add(d);
+                Record::Marker {
+                    tsc: self.tsc,
+                    name,
+                    text,
+                }
+            }
+            TAG_ARC => Record::Arc {
+                from: var(&mut p)?,
+                to: var(&mut p)?,
+                count: var(&mut p)?,
+            },
+            // Unknown tags are skipped whole: that is what the length is for.
+            _ => return Some(Record::Unknown { tag }),
+        };
+        // Extra bytes at the end of a known record are allowed (future
+        // minor versions may append fields).
+        Some(rec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Compact, Framed, encode_compact};
+
+    #[test]
+    fn decode_sequence() {
+        let mut buf = vec![];
+        let mut b = [0u8; 32];
+        let evs = [
+            Compact::Entry {
+                d: 3,
+                func: 0x1000,
+                prev: 0,
+            },
+            Compact::Entry {
+                d: 100,
+                func: 0x1000,
+                prev: 0x1000,
+            },
+            Compact::Exit { d: 70 },
+            Compact::Entry {
+                d: 1,
+                func: 0x900,
+                prev: 0x1000,
+            },
+            Compact::TailExit { d: 9 },
+            Compact::Exit { d: 1 << 33 },
+        ];
+        for e in evs {
+            let n = encode_compact(e, &mut b);
+            buf.extend_from_slice(&b[..n]);
+        }
+        Framed::Lost { d: 2, count: 5 }.encode(&mut buf);
+        Framed::Site {
+            key: 77,
+            prefix: b"T",
+            name: b"f",
+            file: b"a.rs",
+            line: 3,
+        }
+        .encode(&mut buf);
+        let mut d = Decoder::new(&buf, 1000);
+        let mut got = vec![];
+        while let Some(r) = d.next_record().unwrap() {
+            got.push(r);
+        }
+        let t = 1000u64;
+        assert_eq!(
+            got,
+            vec![
+                Record::Entry {
+                    tsc: t + 3,
+                    func: 0x1000
+                },
+                Record::Entry {
+                    tsc: t + 103,
+                    func: 0x1000
+                },
+                Record::Exit { tsc: t + 173 },
+                Record::Entry {
+                    tsc: t + 174,
+                    func: 0x900
+                },
+                Record::TailExit { tsc: t + 183 },
+                Record::Exit {
+                    tsc: t + 183 + (1 << 33)
+                },
+                Record::Lost {
+                    tsc: t + 185 + (1 << 33),
+                    count: 5
+                },
+                Record::Site(SiteInfo {
+                    key: 77,
+                    name: "T::f".into(),
+                    file: "a.rs".into(),
+                    line: 3
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_offset() {
+        // An exit whose continuation is cut off.
+        let buf = [0x81u8, 0xc1];
+        let mut d = Decoder::new(&buf, 0);
+        assert!(matches!(d.next_record(), Ok(Some(Record::Exit { .. }))));
+        let e = d.next_record().unwrap_err();
+        assert_eq!(e.offset, 1);
+        // A framed record longer than the buffer.
+        let buf = [0x05u8, 0x20, 1, 2];
+        let e = Decoder::new(&buf, 0).next_record().unwrap_err();
+        assert_eq!(e.offset, 0);
+        assert_eq!(e.problem, "record runs past the end of its chunk");
+        assert_eq!(
+            e.to_string(),
+            "byte 0 of the chunk payload: record runs past the end of its chunk"
+        );
+    }
+
+    #[test]
+    fn framed_lengths_are_checked_against_the_chunk() {
+        // A length of u64::MAX neither overflows nor allocates.
+        let mut buf = vec![TAG_SITE];
+        buf.extend([0xff; 9]);
+        buf.push(0x01);
+        let e = Decoder::new(&buf, 0).next_record().unwrap_err();
+        assert_eq!(e.problem, "record runs past the end of its chunk");
+        // One byte too long, then exactly long enough.
+        let buf = [TAG_LOST, 3, 1, 2];
+        let e = Decoder::new(&buf, 0).next_record().unwrap_err();
+        assert_eq!(e.problem, "record runs past the end of its chunk");
+        let buf = [TAG_LOST, 2, 1, 2];
+        let r = Decoder::new(&buf, 0).next_record().unwrap();
+        assert_eq!(r, Some(Record::Lost { tsc: 1, count: 2 }));
+        // A string length inside the record is checked against the record.
+        let buf = [TAG_THREAD_START, 3, 0, 0xff, 0x7f, 0];
+        let e = Decoder::new(&buf, 0).next_record().unwrap_err();
+        assert_eq!((e.offset, e.problem), (0, "malformed record"));
+    }
+}

@@ -1,0 +1,284 @@
+//! Framed records (tag, LEB128 payload length, payload): the [`Framed`]
+//! records to write, their lengths, and the [`Sink`]s they are written
+//! into.
+
+use super::{
+    TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SITE,
+    TAG_THREAD_EXIT, TAG_THREAD_START,
+};
+use crate::varint::{put_uvarint, uvarint_len, zigzag};
+
+/// Destination of framed-record bytes.
+pub trait Sink {
+    /// Appends bytes.
+    fn put(&mut self, bytes: &[u8]);
+}
+
+/// A [`Sink`] that only counts.
+#[derive(Default)]
+pub struct CountSink(pub usize);
+
+impl Sink for CountSink {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// A [`Sink`] writing into a slice; panics if it overflows, so size it with
+/// [`framed_len`] first.
+pub struct SliceSink<'a> {
+    /// Destination.
+    pub buf: &'a mut [u8],
+    /// Bytes written so far.
+    pub pos: usize,
+}
+
+impl Sink for SliceSink<'_> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.buf[self.pos..self.pos + bytes.len()].copy_from_slice(bytes);
+        self.pos += bytes.len();
+    }
+}
+
+fn put_var<S: Sink>(s: &mut S, v: u64) {
+    let mut b = [0u8; 10];
+    let mut n = 0;
+    put_uvarint(&mut b, &mut n, v);
+    s.put(&b[..n]);
+}
+
+fn put_bytes<S: Sink>(s: &mut S, bytes: &[u8]) {
+    put_var(s, bytes.len() as u64);
+    s.put(bytes);
+}
+
+/// A framed record to write, borrowing its strings.
+#[derive(Debug, Clone, Copy)]
+pub enum Framed<'a> {
+    /// A thread's first record.
+    ThreadStart {
+        /// TSC delta.
+        d: u64,
+        /// Thread name.
+        name: &'a [u8],
+    },
+    /// A thread's last record.
+    ThreadExit {
+        /// TSC delta.
+        d: u64,
+        /// Thread name at exit.
+        name: &'a [u8],
+    },
+    /// Events dropped since the previous record.
+    Lost {
+        /// TSC delta.
+        d: u64,
+        /// Number of events dropped.
+        count: u64,
+    },
+    /// The traced process.
+    Process {
+        /// Process id.
+        pid: u64,
+        /// Parent process id.
+        ppid: u64,
+        /// Executable path.
+        exe: &'a [u8],
+        /// Command line, arguments separated (and usually ended) by NUL.
+        cmdline: &'a [u8],
+    },
+    /// A loaded ELF object.
+    Module {
+        /// Load bias: run-time address minus link-time address.
+        bias: u64,
+        /// Lowest run-time address of the object's segments.
+        start: u64,
+        /// Bytes from `start` to the end of the highest segment.
+        size: u64,
+        /// GNU build id (may be empty).
+        build_id: &'a [u8],
+        /// Path of the object.
+        path: &'a [u8],
+    },
+    /// A source-instrumented function.
+    Site {
+        /// The key that entries of this function carry.
+        key: u64,
+        /// Name prefix (for example the `Self` type), may be empty.
+        prefix: &'a [u8],
+        /// Function name (joined to the prefix with `::`).
+        name: &'a [u8],
+        /// Source file.
+        file: &'a [u8],
+        /// Source line.
+        line: u64,
+    },
+    /// Integer argument values of the call whose entry precedes it.
+    Args {
+        /// The values (zigzag varints on disk).
+        values: &'a [i64],
+    },
+    /// Return value of the innermost open call; its exit follows.
+    RetVal {
+        /// The value.
+        value: i64,
+    },
+    /// A marker event with its (formatted) arguments.
+    Marker {
+        /// TSC delta.
+        d: u64,
+        /// Marker name.
+        name: &'a [u8],
+        /// Its arguments, formatted.
+        text: &'a [u8],
+    },
+    /// A call-graph arc counted without timestamps (`record --count`).
+    Arc {
+        /// Return address in the caller (the call site).
+        from: u64,
+        /// Address inside the callee (its key).
+        to: u64,
+        /// Calls along the arc.
+        count: u64,
+    },
+}
+
+impl Framed<'_> {
+    fn tag(&self) -> u8 {
+        match self {
+            Framed::ThreadStart { .. } => TAG_THREAD_START,
+            Framed::ThreadExit { .. } => TAG_THREAD_EXIT,
+            Framed::Lost { .. } => TAG_LOST,
+            Framed::Process { .. } => TAG_PROCESS,
+            Framed::Module { .. } => TAG_MODULE,
+            Framed::Site { .. } => TAG_SITE,
+            Framed::Arc { .. } => TAG_ARC,
+            Framed::Args { .. } => TAG_ARGS,
+            Framed::RetVal { .. } => TAG_RETVAL,
+            Framed::Marker { .. } => TAG_MARKER,
+        }
+    }
+
+    fn payload<S: Sink>(&self, s: &mut S) {
+        match *self {
+            Framed::ThreadStart { d, name } | Framed::ThreadExit { d, name } => {
+                put_var(s, d);
+                put_bytes(s, name);
+            }
+            Framed::Lost { d, count } => {
+                put_var(s, d);
+                put_var(s, count);
+            }
+            Framed::Process {
+                pid,
+                ppid,
+                exe,
+                cmdline,
+            } => {
+                put_var(s, pid);
+                put_var(s, ppid);
+                put_bytes(s, exe);
+                put_bytes(s, cmdline);
+            }
+            Framed::Module {
+                bias,
+                start,
+                size,
+                build_id,
+                path,
+            } => {
+                put_var(s, bias);
+                put_var(s, start);
+                put_var(s, size);
+                put_bytes(s, build_id);
+                put_bytes(s, path);
+            }
+            Framed::Site {
+                key,
+                prefix,
+                name,
+                file,
+                line,
+            } => {
+                put_var(s, key);
+                put_bytes(s, prefix);
+                put_bytes(s, name);
+                put_bytes(s, file);
+                put_var(s, line);
+            }
+            Framed::Arc { from, to, count } => {
+                put_var(s, from);
+                put_var(s, to);
+                put_var(s, count);
+            }
+            Framed::Args { values } => {
+                put_var(s, values.len() as u64);
+                for &v in values {
+                    put_var(s, zigzag(v));
+                }
+            }
+            Framed::RetVal { value } => put_var(s, zigzag(value)),
+            Framed::Marker { d, name, text } => {
+                put_var(s, d);
+                put_bytes(s, name);
+                put_bytes(s, text);
+            }
+        }
+    }
+
+    /// The TSC delta this record carries (0 for untimed metadata).
+    pub fn delta(&self) -> u64 {
+        match *self {
+            Framed::ThreadStart { d, .. }
+            | Framed::ThreadExit { d, .. }
+            | Framed::Lost { d, .. }
+            | Framed::Marker { d, .. } => d,
+            _ => 0,
+        }
+    }
+
+    /// Bytes of the payload.
+    pub fn payload_len(&self) -> usize {
+        let mut c = CountSink::default();
+        self.payload(&mut c);
+        c.0
+    }
+
+    /// Total encoded length: tag, length varint, payload.
+    pub fn framed_len(&self) -> usize {
+        let p = self.payload_len();
+        1 + uvarint_len(p as u64) + p
+    }
+
+    /// Writes the record. The tag byte is written by the caller's `tag`
+    /// closure *after* everything else, so that a record interrupted half
+    /// way still reads as the end of the stream: `body` receives the bytes
+    /// after the tag.
+    pub fn write_body<S: Sink>(&self, s: &mut S) {
+        put_var(s, self.payload_len() as u64);
+        self.payload(s);
+    }
+
+    /// The first byte of the record.
+    pub fn first_byte(&self) -> u8 {
+        self.tag()
+    }
+
+    /// Encodes the whole record (tag first) into a sink; for tests and
+    /// offline writers.
+    pub fn encode<S: Sink>(&self, s: &mut S) {
+        s.put(&[self.tag()]);
+        self.write_body(s);
+    }
+}
+
+/// Total encoded length of a framed record.
+pub fn framed_len(rec: &Framed<'_>) -> usize {
+    rec.framed_len()
+}

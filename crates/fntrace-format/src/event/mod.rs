@@ -1,0 +1,196 @@
+//! Event encoding: the compact per-thread event forms, the framed records,
+//! and a decoder for one chunk payload.
+//!
+//! The first byte of every record says what it is:
+//!
+//! | first byte | record |
+//! |---|---|
+//! | `0x00` | end of the written part of the payload (the file is zero-filled) |
+//! | `0x01..=0x0f` | framed record: tag, LEB128 payload length, payload |
+//! | `0x10..=0x1f` `0001cddd` | tail exit, 3 inline delta bits |
+//! | `0x20..=0x3f` `001cdddd` | entry of a new function, 4 inline delta bits, then the function as a zigzag delta from the previous entry's |
+//! | `0x40..=0x7f` `01cddddd` | entry of the same function as the previous entry, 5 inline delta bits |
+//! | `0x80..=0xff` `1cdddddd` | exit, 6 inline delta bits |
+//!
+//! `d` bits are the low bits of the TSC delta from the previous timed record
+//! of the chunk (or from the chunk's base TSC); when `c` is set the rest of
+//! the delta follows as LEB128.
+//!
+//! This module owns the framed tags and the decoded forms ([`Record`] and
+//! the metadata it carries); the work is split by job:
+//!
+//! - `compact`: the compact hot-path forms ([`Compact`], [`encode_compact`]
+//!   and the `pack_*` word encoders the runtime uses);
+//! - `framed`: framed records ([`Framed`]) and the [`Sink`]s they are
+//!   written into;
+//! - `decode`: the [`Decoder`] of one chunk payload and its [`DecodeError`].
+//!
+//! Everything is re-exported here: `fntrace_format::event::X` is the path
+//! of every item.
+
+mod compact;
+mod decode;
+mod framed;
+
+pub use compact::{
+    Compact, MAX_COMPACT_LEN, encode_compact, pack_entry_new, pack_entry_same, pack_exit,
+    pack_tail_exit,
+};
+pub use decode::{DecodeError, Decoder};
+pub use framed::{CountSink, Framed, Sink, SliceSink, framed_len};
+
+/// Framed tag: thread start (delta, name).
+pub const TAG_THREAD_START: u8 = 0x01;
+/// Framed tag: thread exit (delta, name).
+pub const TAG_THREAD_EXIT: u8 = 0x02;
+/// Framed tag: events dropped by the runtime (delta, count).
+pub const TAG_LOST: u8 = 0x03;
+/// Framed tag: argument values of the call entered just before.
+pub const TAG_ARGS: u8 = 0x04;
+/// Framed tag: return value of the innermost open call (before its exit).
+pub const TAG_RETVAL: u8 = 0x05;
+/// Framed tag: a marker event.
+pub const TAG_MARKER: u8 = 0x06;
+/// Framed tag: process description (metadata stream).
+pub const TAG_PROCESS: u8 = 0x08;
+/// Framed tag: loaded module (metadata stream).
+pub const TAG_MODULE: u8 = 0x09;
+/// Framed tag: source-instrumented site (metadata stream).
+pub const TAG_SITE: u8 = 0x0a;
+/// Framed tag: a call-graph arc with its count (counting mode).
+pub const TAG_ARC: u8 = 0x0b;
+
+/// The process a trace was recorded from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// Process id.
+    pub pid: u64,
+    /// Parent process id.
+    pub ppid: u64,
+    /// Executable path.
+    pub exe: String,
+    /// Command line arguments, `argv[0]` first.
+    pub args: Vec<String>,
+}
+
+/// A loaded ELF object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// Run-time address minus link-time address.
+    pub bias: u64,
+    /// Lowest run-time address.
+    pub start: u64,
+    /// Size of the mapped range.
+    pub size: u64,
+    /// GNU build id bytes.
+    pub build_id: Vec<u8>,
+    /// Path of the object.
+    pub path: String,
+}
+
+impl ModuleInfo {
+    /// Whether `addr` lies in the object's mapped range.
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start && addr - self.start < self.size
+    }
+
+    /// The build id as lowercase hex.
+    pub fn build_id_hex(&self) -> String {
+        self.build_id.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// A source-instrumented function.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SiteInfo {
+    /// Key carried by the function's entries.
+    pub key: u64,
+    /// Full name (prefix and name joined by `::`).
+    pub name: String,
+    /// Source file.
+    pub file: String,
+    /// Source line.
+    pub line: u32,
+}
+
+/// One decoded record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Function entry.
+    Entry {
+        /// Absolute TSC.
+        tsc: u64,
+        /// Function key (start address, or a site key).
+        func: u64,
+    },
+    /// Exit of the innermost open function.
+    Exit {
+        /// Absolute TSC.
+        tsc: u64,
+    },
+    /// Tail exit of the innermost open function.
+    TailExit {
+        /// Absolute TSC.
+        tsc: u64,
+    },
+    /// Thread start.
+    ThreadStart {
+        /// Absolute TSC.
+        tsc: u64,
+        /// Thread name.
+        name: String,
+    },
+    /// Thread exit.
+    ThreadExit {
+        /// Absolute TSC.
+        tsc: u64,
+        /// Thread name.
+        name: String,
+    },
+    /// Events dropped by the runtime.
+    Lost {
+        /// Absolute TSC.
+        tsc: u64,
+        /// How many.
+        count: u64,
+    },
+    /// Process description.
+    Process(ProcessInfo),
+    /// Module description.
+    Module(ModuleInfo),
+    /// Source site description.
+    Site(SiteInfo),
+    /// Argument values of the call entered just before.
+    Args {
+        /// The values.
+        values: Vec<i64>,
+    },
+    /// Return value of the innermost open call (its exit follows).
+    RetVal {
+        /// The value.
+        value: i64,
+    },
+    /// A marker event.
+    Marker {
+        /// Absolute TSC.
+        tsc: u64,
+        /// Marker name.
+        name: String,
+        /// Its arguments, formatted.
+        text: String,
+    },
+    /// A counted call-graph arc.
+    Arc {
+        /// Call site in the caller.
+        from: u64,
+        /// Address inside the callee.
+        to: u64,
+        /// Calls.
+        count: u64,
+    },
+    /// A framed record of a tag this reader does not know (skipped).
+    Unknown {
+        /// The tag.
+        tag: u8,
+    },
+}
