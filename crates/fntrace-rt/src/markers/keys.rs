@@ -5,8 +5,8 @@
 
 use std::sync::OnceLock;
 
-use fntrace_markers::MarkerCore;
 use fntrace_markers::sites::{KeySite, key_sites};
+use fntrace_markers::{MarkerCore, PatchError};
 
 use crate::patch::{self, int3, text};
 
@@ -76,7 +76,7 @@ fn register_all(exec: &[(u64, u64)]) -> bool {
 }
 
 /// Switches every site of `m` to `jmp` (`on`) or to the NOP.
-pub fn patch_marker(m: &'static MarkerCore, on: bool) -> Result<(), String> {
+pub fn patch_marker(m: &'static MarkerCore, on: bool) -> Result<(), PatchError> {
     let exec = exec_ranges();
     let _l = patch::lock();
     let sites: Vec<&KeySite> = key_sites()
@@ -100,7 +100,8 @@ pub fn patch_marker(m: &'static MarkerCore, on: bool) -> Result<(), String> {
         items.push((s.site as u64, bytes));
     }
     let ranges: Vec<(u64, u64)> = items.iter().map(|&(a, _)| (a, 5)).collect();
-    let w = text::Writable::open(&ranges, "marker static keys").map_err(|e| e.to_string())?;
+    let w = text::Writable::open(&ranges, "marker static keys")
+        .map_err(|e| PatchError::from(e.to_string()))?;
     int3::poke5(&w, &items);
     drop(w);
     Ok(())
