@@ -45,7 +45,9 @@ use fntrace_format::event::MAX_COMPACT_LEN;
 
 pub use file::flush;
 pub(crate) use file::{finish, forget_after_fork, note_modules, start, start_after_fork};
-pub(crate) use state::{ARCS_OFFSET, ThreadState, state, with_state};
+#[cfg(feature = "compiler-hooks")]
+pub(crate) use state::ARCS_OFFSET;
+pub(crate) use state::{ThreadState, state, with_state};
 #[cfg(feature = "compiler-hooks")]
 pub(crate) use state::{
     sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit, t_pos, t_session, t_sh_base,
