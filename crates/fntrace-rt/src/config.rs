@@ -331,11 +331,15 @@ impl Config {
     }
 
     /// Whether `call mcount`/`call __fentry__` sites are rewritten into
-    /// patchable sites with call wrappers: not when `-F`/`-N` ask for
-    /// their region semantics, in counting mode (it has its own fast
-    /// path), or with `keep_calls`.
+    /// patchable sites with call wrappers: not when `-F`/`-N`/`-P` ask
+    /// for their semantics, in counting mode (it has its own fast path),
+    /// or with `keep_calls`.
     pub fn converts_calls(&self) -> bool {
-        self.filter.is_empty() && self.notrace.is_empty() && !self.count && !self.keep_calls
+        self.filter.is_empty()
+            && self.notrace.is_empty()
+            && self.patch.is_empty()
+            && !self.count
+            && !self.keep_calls
     }
 }
 

@@ -33,7 +33,8 @@
 //!
 //! Offsets into the thread state are literals here (an assembly template
 //! cannot take them as `const` operands from a macro), checked against
-//! `offset_of!` by `recorder::fast_layout` at compile time.
+//! `offset_of!` by `recorder::state` at compile time (the asm↔struct
+//! contract lives there, next to the structures).
 
 use crate::recorder;
 
@@ -57,7 +58,7 @@ pub(crate) use {fast_pop_args, fast_push_args};
 /// the thread is attached to it, no hot-path feature is on, the thread is
 /// not inside the recorder. Jumps to `89f` otherwise.
 /// Operands: `session` (`recorder::SESSION`), `features`
-/// (`filter::FEATURES`).
+/// (`features::FEATURES`).
 macro_rules! fast_checks {
     () => {
         concat!(

@@ -1,4 +1,4 @@
-//! The assembly fast path (`hooks::fast`) against the format's decoder:
+//! The assembly fast path (`calls::fast`) against the format's decoder:
 //! calls of a function that starts with `call __fentry__` (what
 //! `gcc -pg -mfentry` emits), with the thread's last timestamp and last
 //! function set so that the deltas and function deltas take every

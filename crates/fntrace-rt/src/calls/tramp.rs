@@ -151,7 +151,7 @@ macro_rules! exit_trampoline {
 }
 
 /// Entry trampoline of a patched site's call wrapper (see
-/// [`crate::dynamic::wrapper`]): called by the wrapper's first
+/// [`crate::calls::wrapper`]): called by the wrapper's first
 /// instruction, before the function's prologue, with every argument
 /// register intact. `[rsp]` is the wrapper's return point, whose slot
 /// holds the function's start 27 bytes further; `[rsp + 8]` is the

@@ -32,7 +32,7 @@
 //! with the same stack as without the wrapper (its return address in the
 //! caller's slot, stack arguments above it), so unwinding, `longjmp` and
 //! backtraces are handled as for hijacked returns: the slot is listed in
-//! the shadow frame and restored for unwinders (see `hooks::unwind`).
+//! the shadow frame and restored for unwinders (see `calls::unwind`).
 //! Wrappers are written once, before any site can reach them, and never
 //! change.
 

@@ -22,7 +22,7 @@ use super::write::close_thread;
 use crate::clock;
 
 /// A position inside a chunk being filled (`repr(C)`: the assembly fast
-/// path in `hooks::fast` uses its offsets).
+/// path in `calls::fast` uses its offsets).
 #[repr(C)]
 pub(crate) struct Cursor {
     /// Chunk header, null when none.
@@ -63,7 +63,7 @@ impl Cursor {
 
 /// Per-thread recorder state, in a zero-initialised TLS block (see
 /// [`state_ptr`]); thread exit is observed through [`ExitHook`].
-/// `repr(C)`: the assembly fast path in `hooks::fast` uses its offsets
+/// `repr(C)`: the assembly fast path in `calls::fast` uses its offsets
 /// (checked by [`fast_layout`]).
 #[repr(C)]
 pub(crate) struct ThreadState {

@@ -5,7 +5,7 @@
 //! function or just before a tail call: every argument register is live.
 //! Saved: rdi, rsi, rdx, rcx, r8, r9, rax (vector count of variadic calls),
 //! r11 and xmm0–7, like compiler-rt, and r10 (the body is the one
-//! `__fentry__` uses, `hooks::tramp::saving_trampoline`). xmm8–15 are not
+//! `__fentry__` uses, `calls::tramp::saving_trampoline`). xmm8–15 are not
 //! saved: the System V
 //! ABI passes no arguments in them and they are caller-saved, so nothing
 //! live is in them at a function boundary; the upper halves of ymm/zmm
@@ -121,7 +121,7 @@ macro_rules! xray_func {
 }
 
 /// A trampoline called from a sled: the assembly fast path
-/// (`hooks::fast`; `$fast` is `entry` or `tail`), then the shared
+/// (`calls::fast`; `$fast` is `entry` or `tail`), then the shared
 /// register-saving body with the dispatcher's arguments (id from r10d, the
 /// kind, the first argument from rdi for log-args).
 macro_rules! call_trampoline {
