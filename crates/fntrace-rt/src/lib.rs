@@ -2,7 +2,7 @@
 //! process.
 //!
 //! The runtime is built in layers; each module imports only modules of the
-//! layers below it (checked by `scripts/layers`):
+//! layers below it (checked by `tests/layers.rs`):
 //!
 //! ```text
 //!  session      start-up from a Config (or the environment), exit, fork,
