@@ -108,6 +108,12 @@ pub(crate) fn lazy_start() {
     }
 }
 
+/// Whether a session is recording now (not "not yet looked").
+pub(crate) fn session_active() -> bool {
+    let s = SESSION.load(Ordering::Acquire);
+    s != 0 && s != UNINIT
+}
+
 /// Marks start-up as done with no session (leaves an active one alone).
 pub(crate) fn no_session() {
     let _ = SESSION.compare_exchange(UNINIT, 0, Ordering::AcqRel, Ordering::Acquire);

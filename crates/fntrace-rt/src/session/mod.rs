@@ -24,6 +24,8 @@ use crate::{args, count, filter, markers};
 
 static ENV_INIT: Once = Once::new();
 static PROCESS_HOOKS: Once = Once::new();
+/// Serialises [`start`].
+static STARTING: Mutex<()> = Mutex::new(());
 /// The `-P` patterns of the running session (for objects loaded later).
 static PATCH: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -33,6 +35,9 @@ pub enum StartError {
     /// The configuration names no output file.
     #[error("no output file configured")]
     NoOutput,
+    /// A session is already recording (its policy is left alone).
+    #[error("a recording is already active")]
+    AlreadyActive,
     /// The trace file could not be created or mapped, or a session is
     /// already active (the message says which, with the path).
     #[error(transparent)]
@@ -52,6 +57,12 @@ pub fn start(cfg: &Config) -> Result<PathBuf, StartError> {
 
 fn start_config(cfg: &Config) -> Result<PathBuf, StartError> {
     let path = cfg.output.clone().ok_or(StartError::NoOutput)?;
+    // One start at a time, and none while a session runs: the policy of a
+    // running session must not change under it.
+    let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    if recorder::session_active() {
+        return Err(StartError::AlreadyActive);
+    }
     apply_policy(cfg);
     markers::record::start_recording(&cfg.markers);
     let opts = Options {
