@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use fntrace_format::Trace;
+use fntrace_rt::config::{self, Config};
 
 use crate::{Error, Result, probe};
 
-/// The options of `fntrace record` passed to the runtime.
+/// The options of `fntrace record` passed to the runtime (see
+/// [`Options::config`]).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Options {
     /// Largest trace size (e.g. 512M, 4G); later events are counted as lost.
@@ -54,23 +56,58 @@ pub struct Options {
     pub no_control: bool,
 }
 
+impl Options {
+    /// The runtime configuration these options ask for (without the
+    /// output file and the control socket, which `record` decides), every
+    /// pattern and spec checked; `keep_calls` comes from this process's
+    /// `ENV_KEEP_CALLS` (`1`), as the child inherits it.
+    pub fn config(&self) -> Result<Config> {
+        let max_size = match &self.max_size {
+            Some(s) => config::parse_size(s).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "bad --max-size {s:?}: not a size (bytes, or a number with K, M or G)"
+                ))
+            })?,
+            None => config::DEFAULT_MAX_SIZE,
+        };
+        for r in self.filter.iter().chain(&self.notrace).chain(&self.patch) {
+            regex::Regex::new(r).map_err(Error::pattern(format!("bad function pattern {r:?}")))?;
+        }
+        let mut capture = vec![];
+        for (specs, ret) in [(&self.args, false), (&self.retval, true)] {
+            for sp in specs {
+                let spec = config::parse_spec(sp, ret)?;
+                regex::Regex::new(&config::pattern_regex(&spec.pattern)).map_err(
+                    Error::pattern(format!("bad function pattern {:?}", spec.pattern)),
+                )?;
+                capture.push(spec);
+            }
+        }
+        for r in &self.markers {
+            regex::Regex::new(r).map_err(Error::pattern(format!("bad marker pattern {r:?}")))?;
+        }
+        Ok(Config {
+            output: None,
+            max_size,
+            exclusive: true,
+            depth: self.depth.unwrap_or(0),
+            filter: self.filter.clone(),
+            notrace: self.notrace.clone(),
+            patch: self.patch.clone(),
+            capture,
+            count: self.count,
+            markers: self.markers.clone(),
+            control: false,
+            keep_calls: std::env::var_os(config::ENV_KEEP_CALLS).is_some_and(|v| v == "1"),
+        })
+    }
+}
+
 /// Runs `command` with recording enabled through the environment (and the
 /// preload runtime injected when the program uses compiler hooks), and
 /// passes its exit status through.
 pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
-    for r in o.filter.iter().chain(&o.notrace).chain(&o.patch) {
-        regex::Regex::new(r).map_err(Error::pattern(format!("bad function pattern {r:?}")))?;
-    }
-    for (specs, ret) in [(&o.args, false), (&o.retval, true)] {
-        for sp in specs {
-            let (p, _) = fntrace_rt::args::parse_spec(sp, ret).map_err(Error::Invalid)?;
-            regex::Regex::new(&fntrace_rt::args::pattern_regex(&p))
-                .map_err(Error::pattern(format!("bad function pattern {p:?}")))?;
-        }
-    }
-    for r in &o.markers {
-        regex::Regex::new(r).map_err(Error::pattern(format!("bad marker pattern {r:?}")))?;
-    }
+    let mut cfg = o.config()?;
     let prog = probe::which(&command[0])
         .ok_or_else(|| Error::Invalid(format!("{}: command not found", command[0])))?;
     let ins = probe::inspect(&prog);
@@ -80,8 +117,9 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         Some(i) if i.hooks_runtime => None,
         _ => Some(probe::preload_path().ok_or_else(|| {
             Error::Invalid(format!(
-                "cannot find {} (set FNTRACE_PRELOAD, or build it: cargo build --release -p fntrace-preload)",
-                probe::PRELOAD_NAME
+                "cannot find {} (set {}, or build it: cargo build --release -p fntrace-preload)",
+                probe::PRELOAD_NAME,
+                config::ENV_PRELOAD
             ))
         })?),
     };
@@ -117,55 +155,19 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
     for f in child_traces(&output) {
         let _ = std::fs::remove_file(f);
     }
-    let mut cmd = Command::new(&command[0]);
-    cmd.args(&command[1..])
-        .env(fntrace::ENV_OUTPUT, &output)
-        .env("FNTRACE_EXCLUSIVE", "1");
-    if let Some(m) = &o.max_size {
-        cmd.env(fntrace::ENV_MAX_SIZE, m);
-    }
-    if o.count {
-        cmd.env("FNTRACE_COUNT", "1");
-    }
-    if let Some(d) = o.depth {
-        cmd.env("FNTRACE_DEPTH", d.to_string());
-    }
-    if !o.filter.is_empty() {
-        cmd.env("FNTRACE_FILTER", o.filter.join("\n"));
-    }
-    if !o.notrace.is_empty() {
-        cmd.env("FNTRACE_NOTRACE", o.notrace.join("\n"));
-    }
-    if !o.markers.is_empty() {
-        cmd.env("FNTRACE_MARKERS", o.markers.join("\n"));
-    }
-    if !o.patch.is_empty() {
-        cmd.env("FNTRACE_PATCH", o.patch.join("\n"));
-    }
-    if !o.args.is_empty() {
-        cmd.env(fntrace_rt::args::ENV_ARGS, o.args.join("\n"));
-    }
-    if !o.retval.is_empty() {
-        cmd.env(fntrace_rt::args::ENV_RETVAL, o.retval.join("\n"));
-    }
+    cfg.output = Some(output.clone());
     // The control socket, for code fntrace can patch while it runs. That
     // includes `call mcount` and `call __fentry__`, which the runtime
     // rewrites into patchable sites when recording without -F/-N and
-    // outside counting mode (unless FNTRACE_KEEP_CALLS=1).
-    let call_sites = |i: &probe::Instrumentation| {
-        (i.fentry || i.mcount)
-            && o.filter.is_empty()
-            && o.notrace.is_empty()
-            && !o.count
-            && std::env::var_os("FNTRACE_KEEP_CALLS").is_none_or(|v| v != "1")
-    };
-    let control = !o.no_control
+    // outside counting mode (unless the calls are kept, `ENV_KEEP_CALLS`).
+    let call_sites = |i: &probe::Instrumentation| (i.fentry || i.mcount) && cfg.converts_calls();
+    cfg.control = !o.no_control
         && ins
             .as_ref()
             .is_some_and(|i| i.patchable_code() || call_sites(i));
-    if control {
-        cmd.env(fntrace_rt::live::ENV_CONTROL, "1");
-    }
+    let control = cfg.control;
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]).envs(cfg.to_env());
     if let Some(p) = &preload {
         let mut v = std::ffi::OsString::from(p);
         if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
