@@ -43,8 +43,12 @@ fn header(tid: u32, seq: u32, depth: u32, tsc: u64) -> ChunkHeader {
     }
 }
 
+/// Overrides the number of synthetic events (a bench setting, not the
+/// runtime's).
+const ENV_SYNTH_EVENTS: &str = "FNTRACE_SYNTH_EVENTS";
+
 fn main() {
-    let events: u64 = std::env::var("FNTRACE_SYNTH_EVENTS")
+    let events: u64 = std::env::var(ENV_SYNTH_EVENTS)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000_000);

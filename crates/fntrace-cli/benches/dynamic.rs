@@ -14,6 +14,7 @@ use std::process::Command;
 
 mod common;
 use common::{best_of, build_src, preload};
+use fntrace_rt::config;
 
 /// Interleaved rounds (the best of them is kept).
 const ROUNDS: usize = 9;
@@ -90,10 +91,10 @@ fn main() {
         c.args(args);
         if let Some(filters) = record {
             c.env("LD_PRELOAD", &preload)
-                .env("FNTRACE_OUTPUT", &data)
-                .env("FNTRACE_EXCLUSIVE", "1");
+                .env(config::ENV_OUTPUT, &data)
+                .env(config::ENV_EXCLUSIVE, "1");
             if !filters.is_empty() {
-                c.env("FNTRACE_FILTER", filters.join("\n"));
+                c.env(config::ENV_FILTER, filters.join("\n"));
             }
         }
         c

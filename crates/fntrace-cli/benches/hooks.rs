@@ -18,6 +18,7 @@ const CALLS: f64 = 2_692_537.0;
 
 mod common;
 use common::{RUNS, best, build, gcc, size};
+use fntrace_rt::config;
 
 fn main() {
     let d = tempfile::tempdir().unwrap();
@@ -34,10 +35,10 @@ fn main() {
             let mut c = Command::new(&bin);
             c.arg(N)
                 .env("LD_PRELOAD", &preload)
-                .env("FNTRACE_OUTPUT", &data)
+                .env(config::ENV_OUTPUT, &data)
                 .envs(env.iter().copied());
             if count {
-                c.env("FNTRACE_COUNT", "1");
+                c.env(config::ENV_COUNT, "1");
             }
             c
         }
@@ -75,11 +76,12 @@ fn main() {
     // rewritten into patchable sites with call wrappers) and with
     // `FNTRACE_KEEP_CALLS=1` (the calls kept, exits by return-address
     // hijacking, like mcount).
-    let keep: &'static [(&'static str, &'static str)] = &[("FNTRACE_KEEP_CALLS", "1")];
+    let keep: &'static [(&'static str, &'static str)] = &[(config::ENV_KEEP_CALLS, "1")];
+    let keep_name = format!("-pg -mfentry, {}=1", config::ENV_KEEP_CALLS);
     for (name, bin, env) in [
         ("-pg", &pg, &[][..]),
         ("-pg -mfentry", &fentry, &[][..]),
-        ("-pg -mfentry, FNTRACE_KEEP_CALLS=1", &fentry, keep),
+        (keep_name.as_str(), &fentry, keep),
         ("-finstrument-functions", &cyg, &[][..]),
     ] {
         let t = best(dir, traced_env(bin, false, env));
@@ -138,7 +140,7 @@ fn main() {
             let mut c = Command::new(&cx);
             c.arg(n)
                 .env("LD_PRELOAD", &preload)
-                .env("FNTRACE_OUTPUT", &data);
+                .env(config::ENV_OUTPUT, &data);
             c
         });
         xrows.push(("fntrace XRay, patched and recording".into(), t));

@@ -1,9 +1,23 @@
-//! The analysis side of fntrace: symbolisation, call reconstruction and the
-//! `report`, `replay` and `info` views, used by the `fntrace` binary.
+//! The library side of the `fntrace` command: symbolisation, call
+//! reconstruction, the views (`report`, `replay`, `info`, `graph`,
+//! `report --diff`), the exports, `record`, the `live` client and the
+//! markers listing. The binary (`main.rs`) only parses arguments and calls
+//! one function here per command.
 
 pub mod analysis;
-pub mod commands;
+pub mod demo;
+pub mod diff;
+pub mod error;
 pub mod export;
+pub mod graph;
+pub mod info;
+pub mod live;
 pub mod markers;
 pub mod probe;
+pub mod record;
+pub mod replay;
+pub mod report;
 pub mod symbols;
+pub mod tracefile;
+
+pub use error::{Error, Result};

@@ -6,10 +6,10 @@
 use std::io::{self, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use crate::{Error, Result};
 use object::{Object, ObjectSection};
 
-use crate::commands::Format;
+use crate::report::Format;
 
 /// Section holding the marker records.
 pub const SECTION: &str = "fntrace_marker_info";
@@ -42,16 +42,22 @@ impl MarkerInfo {
 
 /// Reads the marker table of an ELF file.
 pub fn read(path: &Path) -> Result<Vec<MarkerInfo>> {
-    let data = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
-    let obj = object::File::parse(&*data)
-        .with_context(|| format!("{}: not an executable or shared library", path.display()))?;
+    let data = std::fs::read(path).map_err(Error::io_at(path.display().to_string()))?;
+    let obj = object::File::parse(&*data).map_err(|source| Error::Object {
+        context: format!("{}: not an executable or shared library", path.display()),
+        source,
+    })?;
     let Some(sec) = obj.section_by_name(SECTION) else {
         return Ok(vec![]);
     };
-    let bytes = sec
-        .data()
-        .with_context(|| format!("{}: cannot read section {SECTION}", path.display()))?;
-    parse(bytes).with_context(|| format!("{}: section {SECTION}", path.display()))
+    let bytes = sec.data().map_err(|source| Error::Object {
+        context: format!("{}: cannot read section {SECTION}", path.display()),
+        source,
+    })?;
+    parse(bytes).map_err(|e| Error::In {
+        context: format!("{}: section {SECTION}", path.display()),
+        source: Box::new(e),
+    })
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -69,19 +75,21 @@ pub fn parse(b: &[u8]) -> Result<Vec<MarkerInfo>> {
             continue;
         }
         if b.len() - pos < 16 || &b[pos..pos + 4] != MAGIC {
-            bail!("byte {pos}: not a marker record");
+            return Err(Error::Invalid(format!("byte {pos}: not a marker record")));
         }
         let len = u32_at(b, pos + 4) as usize;
         let line = u32_at(b, pos + 8);
         let count = u32_at(b, pos + 12) as usize;
         if len < 16 || len > b.len() - pos {
-            bail!("byte {pos}: record length {len} out of bounds");
+            return Err(Error::Invalid(format!(
+                "byte {pos}: record length {len} out of bounds"
+            )));
         }
         let body = &b[pos + 16..pos + len];
         let parts: Vec<&[u8]> = body.split(|&c| c == 0).collect();
         // `split` yields one more piece after the last NUL.
         if count < 4 || count % 2 != 0 || parts.len() != count + 1 || !parts[count].is_empty() {
-            bail!("byte {pos}: damaged marker record");
+            return Err(Error::Invalid(format!("byte {pos}: damaged marker record")));
         }
         let s = |i: usize| String::from_utf8_lossy(parts[i]).into_owned();
         out.push(MarkerInfo {
@@ -97,6 +105,13 @@ pub fn parse(b: &[u8]) -> Result<Vec<MarkerInfo>> {
     out.sort_by(|a, b| (&a.name, &a.file, a.line).cmp(&(&b.name, &b.file, b.line)));
     out.dedup();
     Ok(out)
+}
+
+/// `fntrace markers BINARY`: lists the markers `binary` declares.
+pub fn run(out: &mut dyn Write, binary: &Path, format: Format) -> Result<()> {
+    let list = read(binary)?;
+    write(out, &list, format)?;
+    Ok(())
 }
 
 /// Writes the marker list.

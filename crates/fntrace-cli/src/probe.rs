@@ -101,10 +101,10 @@ pub fn which(name: &str) -> Option<PathBuf> {
 /// File name of the preload runtime.
 pub const PRELOAD_NAME: &str = "libfntrace_preload.so";
 
-/// Locates the preload runtime: `$FNTRACE_PRELOAD`, then next to the
+/// Locates the preload runtime: `$FNTRACE_PRELOAD` (`config::ENV_PRELOAD`), then next to the
 /// `fntrace` executable, then in `../lib` and `../lib/fntrace` from it.
 pub fn preload_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("FNTRACE_PRELOAD") {
+    if let Some(p) = std::env::var_os(fntrace_rt::config::ENV_PRELOAD) {
         let p = PathBuf::from(p);
         return p.is_file().then_some(p);
     }

@@ -1,65 +1,43 @@
 //! Symbolisation: turns function keys into names using the trace's site
 //! table (source instrumentation) or the module map plus the ELF symbol
-//! tables (`object`), demangling Rust (legacy and v0) and C++ names.
+//! tables (read and demangled by `fntrace_rt::procinfo`, Rust legacy and
+//! v0 and C++ names).
 //! Unknown addresses print as `module+0xoffset`. Results are cached.
 
 use rustc_hash::FxHashMap as HashMap;
 
-use fntrace_format::{Metadata, ModuleInfo};
-use object::{Object, ObjectSymbol};
+use std::path::Path;
 
-/// Demangles a Rust (legacy or v0) or C++ symbol; other names are returned
-/// unchanged.
-pub fn demangle(name: &str) -> String {
-    if let Ok(d) = rustc_demangle::try_demangle(name) {
-        return format!("{d:#}");
-    }
-    if name.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return s;
-            }
-        }
-    }
-    name.to_string()
-}
+use fntrace_format::{Metadata, ModuleInfo};
+use fntrace_rt::procinfo;
+
+/// Demangling is the runtime's (one copy for filters, argument capture,
+/// patching and names in the views).
+pub use fntrace_rt::procinfo::demangle;
 
 struct ModuleSyms {
     info: ModuleInfo,
     /// DWARF line tables, loaded on first use (`None` inside: none found).
     dwarf: Option<Option<addr2line::Loader>>,
-    /// (link-time address, size, demangled name), sorted by address.
+    /// (link-time start, end, demangled name), sorted by start
+    /// ([`procinfo::module_functions`] at bias 0).
     syms: Vec<(u64, u64, String)>,
 }
 
 impl ModuleSyms {
     fn load(info: &ModuleInfo) -> ModuleSyms {
-        let mut syms = vec![];
-        if let Ok(data) = std::fs::read(&info.path) {
-            if let Ok(obj) = object::File::parse(&*data) {
-                for s in obj.symbols().chain(obj.dynamic_symbols()) {
-                    if s.kind() == object::SymbolKind::Text && s.address() != 0 {
-                        if let Ok(n) = s.name() {
-                            syms.push((s.address(), s.size(), demangle(n)));
-                        }
-                    }
-                }
-            }
-        }
-        syms.sort_by_key(|s| s.0);
-        syms.dedup_by_key(|s| s.0);
         ModuleSyms {
             info: info.clone(),
             dwarf: None,
-            syms,
+            syms: procinfo::module_functions(Path::new(&info.path), 0),
         }
     }
 
     fn lookup(&self, addr: u64) -> Option<&str> {
         let link = addr.wrapping_sub(self.info.bias);
         let i = self.syms.partition_point(|s| s.0 <= link);
-        let (start, size, name) = self.syms.get(i.checked_sub(1)?)?;
-        (link - start < (*size).max(1)).then_some(name.as_str())
+        let (_, end, name) = self.syms.get(i.checked_sub(1)?)?;
+        (link < *end).then_some(name.as_str())
     }
 }
 

@@ -47,7 +47,7 @@ fn cargo_fntrace_run_mcount_records_a_fresh_project() {
     let trace = proj.join("target/fntrace/mcount/fntrace.data");
     assert!(err.contains(trace.to_str().unwrap()), "{err}");
     let t = fntrace_format::Trace::open(&trace).unwrap();
-    let rows = fntrace_cli::commands::report_rows(&t, false, fntrace_cli::commands::SortKey::Name);
+    let rows = fntrace_cli::report::report_rows(&t, false, fntrace_cli::report::SortKey::Name);
     let fib = rows
         .iter()
         .find(|r| r.function == "demo::fib")
@@ -108,7 +108,7 @@ fn static_runtime_and_gprof_linking() {
             .any(|m| m.path.contains("fntrace_preload")),
         "the preload library was injected"
     );
-    let rows = fntrace_cli::commands::report_rows(&t, false, fntrace_cli::commands::SortKey::Name);
+    let rows = fntrace_cli::report::report_rows(&t, false, fntrace_cli::report::SortKey::Name);
     let fib = rows
         .iter()
         .find(|r| r.function == "demo::fib")
@@ -188,8 +188,7 @@ fn main() {
         let t =
             fntrace_format::Trace::open(proj.join(format!("target/fntrace/{mode}/fntrace.data")))
                 .unwrap();
-        let rows =
-            fntrace_cli::commands::report_rows(&t, false, fntrace_cli::commands::SortKey::Name);
+        let rows = fntrace_cli::report::report_rows(&t, false, fntrace_cli::report::SortKey::Name);
         let calls = |f: &str| rows.iter().find(|r| r.function == f).map(|r| r.calls);
         assert_eq!(calls("demo::traced"), Some(2 * 177), "{mode}: {rows:?}");
         assert_eq!(calls("demo::main"), Some(1), "{mode}: {rows:?}");
@@ -235,7 +234,7 @@ fn fib_works() { assert_eq!(fib(10), 55); }
     assert!(traces.iter().any(|n| n.starts_with("other-")), "{traces:?}");
     let unit = traces.iter().find(|n| n.starts_with("demo-")).unwrap();
     let t = fntrace_format::Trace::open(proj.join("target/fntrace/mcount").join(unit)).unwrap();
-    let rows = fntrace_cli::commands::report_rows(&t, true, fntrace_cli::commands::SortKey::Name);
+    let rows = fntrace_cli::report::report_rows(&t, true, fntrace_cli::report::SortKey::Name);
     let fib: u64 = rows
         .iter()
         .filter(|r| r.function == "demo::fib")

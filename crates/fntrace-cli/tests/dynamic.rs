@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use fntrace_cli::analysis::{Call, Visitor, walk_thread};
-use fntrace_cli::commands::{SortKey, report_rows};
+use fntrace_cli::report::{SortKey, report_rows};
 use fntrace_format::Trace;
 
 mod common;

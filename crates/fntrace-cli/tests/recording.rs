@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use fntrace_cli::analysis::{Call, Visitor, walk_thread};
-use fntrace_cli::commands::{SortKey, report_rows};
+use fntrace_cli::report::{SortKey, report_rows};
 use fntrace_format::Trace;
 
 #[fntrace::instrument_fn]
@@ -261,9 +261,9 @@ struct Line {
     text: String,
 }
 
-fn replay(t: &Trace, o: &fntrace_cli::commands::ReplayOptions) -> Vec<Line> {
+fn replay(t: &Trace, o: &fntrace_cli::replay::ReplayOptions) -> Vec<Line> {
     let mut out = vec![];
-    fntrace_cli::commands::write_replay(&mut out, t, o).unwrap();
+    fntrace_cli::replay::write_replay(&mut out, t, o).unwrap();
     let s = String::from_utf8(out).unwrap();
     let mut lines = s.lines();
     assert_eq!(lines.next().unwrap(), "# DURATION     TID     FUNCTION");
@@ -332,7 +332,7 @@ fn replay_interleaves_threads_and_keeps_each_nested() {
     let one = *shown.keys().next().unwrap();
     let lines = replay(
         &t,
-        &fntrace_cli::commands::ReplayOptions {
+        &fntrace_cli::replay::ReplayOptions {
             tid: Some(one),
             ..Default::default()
         },
@@ -343,7 +343,7 @@ fn replay_interleaves_threads_and_keeps_each_nested() {
 #[test]
 fn replay_depth_threshold_filter_and_srcline() {
     use fntrace_cli::analysis::NamePattern;
-    use fntrace_cli::commands::ReplayOptions;
+    use fntrace_cli::replay::ReplayOptions;
     let (_d, p) = run_child("fib");
     let t = Trace::open(&p).unwrap();
     // --depth 3: levels 0..2 only, 1 + 2 + 4 calls of fib(20).

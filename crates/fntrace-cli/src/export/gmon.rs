@@ -1,0 +1,156 @@
+//! `fntrace export --format gmon`: the `gmon.out` file of
+//! glibc's profiler, for `gprof BINARY gmon.out`.
+//!
+//! gmon.out layout (all little-endian): a 20-byte header (`gmon`, version
+//! 1 as a 4-byte integer, 12 zero bytes), then tagged records: tag 0 is a
+//! histogram (`low_pc`, `high_pc` as 8-byte addresses, bin count and
+//! sampling rate as 4-byte integers, a 15-byte dimension name and its
+//! 1-byte abbreviation, then one 2-byte count per bin); tag 1 is a
+//! call-graph arc (`from_pc`, `self_pc` as 8-byte addresses, 4-byte count).
+//! Addresses are link-time addresses of the main executable (what glibc
+//! writes for PIE too); arcs outside it are dropped, as glibc does.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::io::{self, Write};
+
+use fntrace_format::Trace;
+use object::{Object, ObjectSymbol};
+
+use crate::analysis::{Call, Clock, Visitor, walk_thread};
+
+/// Histogram bins cover this many bytes of text each.
+const BIN_BYTES: u64 = 4;
+/// Histogram counts are in these units per second (µs).
+const PROF_RATE: u32 = 1_000_000;
+
+/// What went into a gmon export.
+#[derive(Debug, Default)]
+pub struct GmonSummary {
+    /// Arcs written.
+    pub arcs: usize,
+    /// Calls along them.
+    pub calls: u64,
+    /// Whether the arcs came from a counting trace (else from timed calls).
+    pub counted: bool,
+}
+
+struct ArcCollector<'a> {
+    arcs: &'a mut HashMap<(u64, u64), u64>,
+    self_ticks: &'a mut HashMap<u64, u64>,
+    parents: Vec<u64>,
+}
+
+impl Visitor for ArcCollector<'_> {
+    fn enter(&mut self, func: u64, depth: usize, _tsc: u64) {
+        self.parents.truncate(depth);
+        let from = self.parents.last().copied().unwrap_or(0);
+        *self.arcs.entry((from, func)).or_default() += 1;
+        self.parents.push(func);
+    }
+    fn call(&mut self, c: &Call) {
+        self.parents.truncate(c.depth);
+        *self.self_ticks.entry(c.func).or_default() += (c.end - c.start).saturating_sub(c.children);
+    }
+}
+
+/// Writes `gmon.out` for the trace's main executable.
+pub fn write_gmon(out: &mut dyn Write, trace: &Trace) -> io::Result<GmonSummary> {
+    let meta = trace.metadata();
+    let exe = meta
+        .process
+        .as_ref()
+        .and_then(|p| meta.modules.iter().find(|m| m.path == p.exe))
+        .or_else(|| meta.modules.first())
+        .ok_or_else(|| io::Error::other("the trace has no module map"))?;
+    let mut arcs: HashMap<(u64, u64), u64> = HashMap::default();
+    let mut self_ticks: HashMap<u64, u64> = HashMap::default();
+    let counted = !meta.arcs.is_empty();
+    if counted {
+        for &(from, to, n) in &meta.arcs {
+            *arcs.entry((from, to)).or_default() += n;
+        }
+    } else {
+        for tid in trace.thread_ids() {
+            let mut v = ArcCollector {
+                arcs: &mut arcs,
+                self_ticks: &mut self_ticks,
+                parents: vec![],
+            };
+            walk_thread(trace, tid, &mut v);
+        }
+    }
+    // Text range of the executable, link-time.
+    let data = std::fs::read(&exe.path)?;
+    let obj = object::File::parse(&*data).map_err(io::Error::other)?;
+    let mut funcs: Vec<(u64, u64)> = obj
+        .symbols()
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+        .map(|s| (s.address(), s.size()))
+        .collect();
+    funcs.sort_unstable();
+    let low = funcs.first().map(|f| f.0).unwrap_or(0) & !(BIN_BYTES - 1);
+    let high = funcs.iter().map(|f| f.0 + f.1).max().unwrap_or(low) + BIN_BYTES;
+    let in_exe = |a: u64| exe.contains(a);
+    let link = |a: u64| a.wrapping_sub(exe.bias);
+    let nbins = ((high - low) / BIN_BYTES) as usize;
+    let mut bins = vec![0u16; nbins];
+    let clock = Clock::of(trace);
+    for (&func, &ticks) in &self_ticks {
+        if !in_exe(func) {
+            continue;
+        }
+        let a = link(func);
+        let end = funcs
+            .iter()
+            .rev()
+            .find(|f| f.0 <= a)
+            .map(|f| f.0 + f.1.max(1))
+            .unwrap_or(a + 1);
+        let mut us = clock.ns(ticks) / 1_000;
+        let mut b = ((a.saturating_sub(low)) / BIN_BYTES) as usize;
+        while us > 0 && b < nbins && low + b as u64 * BIN_BYTES < end.max(a + 1) {
+            let add = us.min(u64::from(u16::MAX - bins[b]));
+            bins[b] += add as u16;
+            us -= add;
+            b += 1;
+        }
+    }
+    out.write_all(b"gmon")?;
+    out.write_all(&1u32.to_le_bytes())?;
+    out.write_all(&[0u8; 12])?;
+    out.write_all(&[0u8])?;
+    out.write_all(&low.to_le_bytes())?;
+    out.write_all(&high.to_le_bytes())?;
+    out.write_all(&(nbins as u32).to_le_bytes())?;
+    out.write_all(&PROF_RATE.to_le_bytes())?;
+    let mut dimen = [0u8; 15];
+    dimen[..7].copy_from_slice(b"seconds");
+    out.write_all(&dimen)?;
+    out.write_all(b"s")?;
+    for b in &bins {
+        out.write_all(&b.to_le_bytes())?;
+    }
+    let mut sum = GmonSummary {
+        counted,
+        ..Default::default()
+    };
+    let mut sorted: Vec<_> = arcs.into_iter().collect();
+    sorted.sort_unstable();
+    for ((from, to), n) in sorted {
+        if !in_exe(from) || !in_exe(to) {
+            continue;
+        }
+        let mut n = n;
+        while n > 0 {
+            let c = n.min(u64::from(u32::MAX));
+            out.write_all(&[1u8])?;
+            out.write_all(&link(from).to_le_bytes())?;
+            out.write_all(&link(to).to_le_bytes())?;
+            out.write_all(&(c as u32).to_le_bytes())?;
+            n -= c;
+            sum.arcs += 1;
+            sum.calls += c;
+        }
+    }
+    Ok(sum)
+}

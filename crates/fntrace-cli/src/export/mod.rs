@@ -1,0 +1,111 @@
+//! `fntrace export`: writes a trace in another tool's format, one module
+//! per format, and reports on stderr what went into the file.
+
+pub mod chrome;
+pub mod flamegraph;
+pub mod folded;
+pub mod gmon;
+pub mod html;
+pub mod xray;
+
+use std::io::{self, Write};
+use std::path::Path;
+
+pub use chrome::write_chrome;
+pub use flamegraph::write_flamegraph;
+pub use folded::{MAX_FOLDED_DEPTH, folded_stacks, write_folded};
+pub use gmon::{GmonSummary, write_gmon};
+pub use html::write_html;
+pub use xray::{XraySummary, write_xray};
+
+use crate::tracefile::open_checked;
+use crate::{Error, Result};
+
+/// Formats of `fntrace export`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// glibc's gmon.out, for `gprof BINARY gmon.out`.
+    Gmon,
+    /// An llvm-xray basic-mode log, for `llvm-xray account -instr_map=BINARY`.
+    Xray,
+    /// Chrome Trace Event JSON, for Perfetto UI and chrome://tracing.
+    Chrome,
+    /// Collapsed stacks (self time in ns), for flame-graph tools; stacks
+    /// deeper than 1,024 frames are cut there (their time is kept).
+    Folded,
+    /// A flame graph (SVG), of the same stacks.
+    Flamegraph,
+    /// One self-contained HTML page: summary, flame graph, top functions,
+    /// call tree.
+    Html,
+}
+
+/// `fntrace export`: writes the trace at `path` to `output` in `format`.
+pub fn run(path: &Path, format: ExportFormat, output: &Path) -> Result<()> {
+    let t = open_checked(path)?;
+    let file = std::fs::File::create(output)
+        .map_err(Error::io_at(format!("{}: cannot create", output.display())))?;
+    let mut buf = io::BufWriter::with_capacity(1 << 20, file);
+    match format {
+        ExportFormat::Gmon => {
+            let s = write_gmon(&mut buf, &t)
+                .map_err(Error::io_at(format!("{}: cannot export", path.display())))?;
+            eprintln!(
+                "fntrace: wrote {} arcs ({} calls, from {}) to {}",
+                s.arcs,
+                s.calls,
+                if s.counted {
+                    "counted arcs"
+                } else {
+                    "timed calls"
+                },
+                output.display()
+            );
+        }
+        ExportFormat::Chrome => {
+            let n = write_chrome(&mut buf, &t)?;
+            eprintln!("fntrace: wrote {n} events to {}", output.display());
+        }
+        ExportFormat::Folded => {
+            let n = write_folded(&mut buf, &t)?;
+            eprintln!("fntrace: wrote {n} stacks to {}", output.display());
+        }
+        ExportFormat::Flamegraph => {
+            let title = t
+                .metadata()
+                .process
+                .as_ref()
+                .map(|p| p.args.join(" "))
+                .unwrap_or_else(|| path.display().to_string());
+            let n = write_flamegraph(&mut buf, &t, &title)?;
+            eprintln!(
+                "fntrace: wrote a flame graph of {n} stacks to {}",
+                output.display()
+            );
+        }
+        ExportFormat::Html => {
+            write_html(&mut buf, &t)?;
+            eprintln!("fntrace: wrote {}", output.display());
+        }
+        ExportFormat::Xray => {
+            let s = write_xray(&mut buf, &t)
+                .map_err(Error::io_at(format!("{}: cannot export", path.display())))?;
+            eprintln!(
+                "fntrace: wrote {} XRay records to {}{}",
+                s.records,
+                output.display(),
+                if s.skipped > 0 {
+                    format!(
+                        " ({} calls of functions without an XRay id left out)",
+                        s.skipped
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    buf.flush()
+        .map_err(Error::io_at(format!("{}: cannot write", output.display())))?;
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! `fntrace export --format xray`: an llvm-xray basic-mode log of the
+//! trace's main executable, for `llvm-xray account -instr_map=BINARY`.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::io::{self, Write};
+
+use fntrace_format::Trace;
+use object::Object;
+
+/// What went into an llvm-xray export.
+#[derive(Debug, Default)]
+pub struct XraySummary {
+    /// Records written.
+    pub records: u64,
+    /// Entries of functions without an XRay id (skipped, with their exits).
+    pub skipped: u64,
+}
+
+/// Writes an llvm-xray basic-mode ("naive") log of the trace's main
+/// executable, for `llvm-xray account|convert|stack -instr_map=BINARY`.
+///
+/// Layout (little-endian): a 32-byte header (u16 version 3, u16 type 0,
+/// a byte of flags: bit 0 constant TSC, bit 1 non-stop TSC, padding to 8,
+/// u64 cycle frequency, 16 free bytes), then 32-byte records (u16 record
+/// type 0, u8 cpu, u8 type: 0 entry, 1 exit, 2 tail exit; i32 function
+/// id; u64 TSC; u32 thread id; u32 process id; 8 padding bytes). Function
+/// ids are LLVM's for the executable's `xray_instr_map`.
+pub fn write_xray(out: &mut dyn Write, trace: &Trace) -> io::Result<XraySummary> {
+    use object::ObjectSection;
+    let meta = trace.metadata();
+    let exe = meta
+        .process
+        .as_ref()
+        .and_then(|p| meta.modules.iter().find(|m| m.path == p.exe))
+        .or_else(|| meta.modules.first())
+        .ok_or_else(|| io::Error::other("the trace has no module map"))?;
+    let data = std::fs::read(&exe.path)?;
+    let obj = object::File::parse(&*data).map_err(io::Error::other)?;
+    let sec = obj.section_by_name("xray_instr_map").ok_or_else(|| {
+        io::Error::other(format!(
+            "{}: no xray_instr_map section (not built with XRay)",
+            exe.path
+        ))
+    })?;
+    let sd = sec.data().map_err(io::Error::other)?;
+    let mut ids: HashMap<u64, i32> = HashMap::default();
+    for s in fntrace_rt::xray::sleds::parse(sd, sec.address(), exe.bias) {
+        ids.entry(s.func).or_insert(s.id as i32);
+    }
+    let h = trace.header();
+    let invariant = h.flags & fntrace_format::layout::HDR_FLAG_TSC_INVARIANT != 0;
+    let mut hdr = [0u8; 32];
+    hdr[0..2].copy_from_slice(&3u16.to_le_bytes());
+    hdr[4] = if invariant { 0b11 } else { 0 };
+    hdr[8..16].copy_from_slice(&trace.tsc_hz().to_le_bytes());
+    out.write_all(&hdr)?;
+    let pid = meta.process.as_ref().map(|p| p.pid as u32).unwrap_or(h.pid);
+    let mut sum = XraySummary::default();
+    for tid in trace.thread_ids() {
+        // Ids of the open calls (None: not an XRay function, skipped).
+        let mut stack: Vec<Option<i32>> = vec![];
+        for ev in crate::analysis::Events::new(trace, tid) {
+            let (kind, id, tsc) = match ev {
+                crate::analysis::Event::Enter { func, tsc, .. } => {
+                    let id = ids.get(&func).copied();
+                    stack.push(id);
+                    if id.is_none() {
+                        sum.skipped += 1;
+                    }
+                    (0u8, id, tsc)
+                }
+                crate::analysis::Event::Exit { tsc, .. } => (1u8, stack.pop().flatten(), tsc),
+                _ => continue,
+            };
+            let Some(id) = id else { continue };
+            let mut r = [0u8; 32];
+            r[3] = kind;
+            r[4..8].copy_from_slice(&id.to_le_bytes());
+            r[8..16].copy_from_slice(&tsc.to_le_bytes());
+            r[16..20].copy_from_slice(&tid.to_le_bytes());
+            r[20..24].copy_from_slice(&pid.to_le_bytes());
+            out.write_all(&r)?;
+            sum.records += 1;
+        }
+    }
+    Ok(sum)
+}

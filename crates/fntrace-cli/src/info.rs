@@ -1,0 +1,140 @@
+//! `fntrace info`: a description of a trace (program, threads, events,
+//! clock, damage).
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use fntrace_format::{Ending, Trace};
+
+use crate::Result;
+use crate::analysis::{Call, Clock, ThreadSummary, Visitor, fmt_ns, walk_thread};
+use crate::tracefile::open;
+
+/// Writes `fntrace info`.
+pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
+    let h = trace.header();
+    let clock = Clock::of(trace);
+    let meta = trace.metadata();
+    writeln!(out, "# trace         {}", trace.path().display())?;
+    writeln!(
+        out,
+        "# format        {}.{}",
+        h.version_major, h.version_minor
+    )?;
+    if let Some(p) = &meta.process {
+        writeln!(out, "# program       {}", p.exe)?;
+        writeln!(out, "# command line  {}", p.args.join(" "))?;
+        writeln!(out, "# pid           {} (parent {})", p.pid, p.ppid)?;
+    } else {
+        writeln!(out, "# pid           {}", h.pid)?;
+    }
+    writeln!(
+        out,
+        "# ending        {}",
+        match trace.ending() {
+            Ending::Clean => "clean",
+            Ending::Unfinished => "unfinished (the process died or is still running)",
+        }
+    )?;
+    writeln!(
+        out,
+        "# tsc           {} Hz{}",
+        trace.tsc_hz(),
+        if h.flags & fntrace_format::layout::HDR_FLAG_TSC_INVARIANT != 0 {
+            " (invariant)"
+        } else {
+            " (not invariant)"
+        }
+    )?;
+    let mut threads: Vec<ThreadSummary> = vec![];
+    struct Nop;
+    impl Visitor for Nop {
+        fn call(&mut self, _c: &Call) {}
+    }
+    for tid in trace.thread_ids() {
+        threads.push(walk_thread(trace, tid, &mut Nop));
+    }
+    let events: u64 = threads.iter().map(|t| t.events).sum();
+    let first = threads
+        .iter()
+        .map(|t| t.first_tsc)
+        .min()
+        .unwrap_or(h.start_tsc);
+    let last = threads
+        .iter()
+        .map(|t| t.last_tsc)
+        .max()
+        .unwrap_or(h.start_tsc)
+        .max(trace.final_block().map(|f| f.end_tsc).unwrap_or(0));
+    writeln!(
+        out,
+        "# duration      {}",
+        fmt_ns(clock.ns(last.saturating_sub(first.min(h.start_tsc))))
+    )?;
+    writeln!(out, "# events        {events}")?;
+    writeln!(
+        out,
+        "# size          {} bytes ({:.2} bytes per event)",
+        trace.file_len(),
+        trace.file_len() as f64 / events.max(1) as f64
+    )?;
+    writeln!(out, "# modules       {}", meta.modules.len())?;
+    for m in &meta.modules {
+        writeln!(
+            out,
+            "#   {:#x} {:>10} {} {}",
+            m.start,
+            m.size,
+            m.build_id_hex(),
+            m.path
+        )?;
+    }
+    writeln!(out, "# threads       {}", threads.len())?;
+    for t in &threads {
+        writeln!(
+            out,
+            "#   {:>7} {:<16} {:>10} events{}{}{}",
+            t.tid,
+            t.name,
+            t.events,
+            if t.exited { "" } else { ", no exit recorded" },
+            if t.incomplete > 0 {
+                format!(", {} calls without exit", t.incomplete)
+            } else {
+                String::new()
+            },
+            if t.lost > 0 {
+                format!(", {} events lost", t.lost)
+            } else {
+                String::new()
+            },
+        )?;
+    }
+    let mut damage: Vec<_> = trace.damage().to_vec();
+    for t in &threads {
+        damage.extend(t.damage.iter().cloned());
+    }
+    let lost_bytes: u64 = damage.iter().map(|d| d.lost_bytes).sum();
+    let lost_events: u64 = threads.iter().map(|t| t.lost).sum();
+    if damage.is_empty() && lost_events == 0 {
+        writeln!(out, "# damage        none")?;
+    } else {
+        writeln!(
+            out,
+            "# damage        {} problems, {} bytes of trace data lost, {} events dropped by the runtime",
+            damage.len(),
+            lost_bytes,
+            lost_events
+        )?;
+        for d in &damage {
+            writeln!(out, "#   {d}")?;
+        }
+    }
+    Ok(())
+}
+
+/// `fntrace info`: describes the trace at `path`.
+pub fn run(out: &mut dyn Write, path: &Path) -> Result<()> {
+    write_info(out, &open(path)?)?;
+    Ok(())
+}

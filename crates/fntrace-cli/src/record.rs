@@ -1,0 +1,325 @@
+//! `fntrace record`: runs a command with recording switched on through
+//! the environment (the preload runtime injected when the program uses
+//! compiler hooks), then says what it recorded and passes the command's
+//! exit status through.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use fntrace_format::Trace;
+use fntrace_rt::config::{self, Config};
+
+use crate::{Error, Result, probe};
+
+/// The options of `fntrace record` passed to the runtime (see
+/// [`Options::config`]).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Options {
+    /// Largest trace size (e.g. 512M, 4G); later events are counted as lost.
+    #[arg(long)]
+    pub max_size: Option<String>,
+    /// Record only these functions and what they call (regular
+    /// expression on the demangled name; repeatable).
+    #[arg(short = 'F', long = "filter", value_name = "REGEX")]
+    pub filter: Vec<String>,
+    /// Never record these functions nor what they call (repeatable).
+    #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
+    pub notrace: Vec<String>,
+    /// Record calls at most this deep.
+    #[arg(short = 'D', long)]
+    pub depth: Option<u32>,
+    /// XRay: patch only these functions (regular expression on the
+    /// demangled name; repeatable). Default: all.
+    #[arg(short = 'P', long = "patch", value_name = "REGEX")]
+    pub patch: Vec<String>,
+    /// Record the events of these markers, with their argument values
+    /// (regular expression on the marker name; repeatable).
+    #[arg(short = 'M', long = "markers", value_name = "REGEX")]
+    pub markers: Vec<String>,
+    /// Count call-graph arcs (caller site, callee) instead of recording
+    /// timed events, like gprof (mcount, fentry and cyg_profile).
+    #[arg(long)]
+    pub count: bool,
+    /// Record integer arguments: `FUNC@arg1[,arg2...]` (FUNC a name or a regular
+    /// expression; arg1..arg6 or `args`); fentry-style entries
+    /// (`-pg -mfentry`, patchable entries). Repeatable.
+    #[arg(short = 'A', long = "argument", value_name = "FUNC@argN")]
+    pub args: Vec<String>,
+    /// Record return values: `FUNC@retval` or `FUNC` (mcount, fentry,
+    /// patchable entries). Repeatable.
+    #[arg(short = 'R', long = "retval", value_name = "FUNC[@retval]")]
+    pub retval: Vec<String>,
+    /// Do not open the control socket `fntrace live` talks to.
+    #[arg(long)]
+    pub no_control: bool,
+}
+
+impl Options {
+    /// The runtime configuration these options ask for (without the
+    /// output file and the control socket, which `record` decides), every
+    /// pattern and spec checked; `keep_calls` comes from this process's
+    /// `ENV_KEEP_CALLS` (`1`), as the child inherits it.
+    pub fn config(&self) -> Result<Config> {
+        let max_size = match &self.max_size {
+            Some(s) => config::parse_size(s).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "bad --max-size {s:?}: not a size (bytes, or a number with K, M or G)"
+                ))
+            })?,
+            None => config::DEFAULT_MAX_SIZE,
+        };
+        for r in self.filter.iter().chain(&self.notrace).chain(&self.patch) {
+            regex::Regex::new(r).map_err(Error::pattern(format!("bad function pattern {r:?}")))?;
+        }
+        let mut capture = vec![];
+        for (specs, ret) in [(&self.args, false), (&self.retval, true)] {
+            for sp in specs {
+                let spec = config::parse_spec(sp, ret)?;
+                regex::Regex::new(&config::pattern_regex(&spec.pattern)).map_err(
+                    Error::pattern(format!("bad function pattern {:?}", spec.pattern)),
+                )?;
+                capture.push(spec);
+            }
+        }
+        for r in &self.markers {
+            regex::Regex::new(r).map_err(Error::pattern(format!("bad marker pattern {r:?}")))?;
+        }
+        Ok(Config {
+            output: None,
+            max_size,
+            exclusive: true,
+            depth: self.depth.unwrap_or(0),
+            filter: self.filter.clone(),
+            notrace: self.notrace.clone(),
+            patch: self.patch.clone(),
+            capture,
+            count: self.count,
+            markers: self.markers.clone(),
+            control: false,
+            keep_calls: std::env::var_os(config::ENV_KEEP_CALLS).is_some_and(|v| v == "1"),
+        })
+    }
+}
+
+/// Runs `command` with recording enabled through the environment (and the
+/// preload runtime injected when the program uses compiler hooks), and
+/// passes its exit status through.
+pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
+    let mut cfg = o.config()?;
+    let prog = probe::which(&command[0])
+        .ok_or_else(|| Error::Invalid(format!("{}: command not found", command[0])))?;
+    let ins = probe::inspect(&prog);
+    warn_unmatched_markers(&prog, &o.markers);
+    let preload = match &ins {
+        Some(i) if i.runtime && !i.needs_preload() => None,
+        Some(i) if i.hooks_runtime => None,
+        _ => Some(probe::preload_path().ok_or_else(|| {
+            Error::Invalid(format!(
+                "cannot find {} (set {}, or build it: cargo build --release -p fntrace-preload)",
+                probe::PRELOAD_NAME,
+                config::ENV_PRELOAD
+            ))
+        })?),
+    };
+    if let Some(i) = &ins {
+        if !i.any() {
+            eprintln!("fntrace: warning: {}", probe::build_advice(&command[0]));
+        }
+    }
+    // `{name}` in the file name stands for the program's name (so that one
+    // runner setting gives every program its own trace).
+    let output = match output.file_name().and_then(|n| n.to_str()) {
+        Some(n) if n.contains("{name}") => {
+            let prog = Path::new(&command[0])
+                .file_name()
+                .map(|p| p.to_string_lossy().replace(['/', '\\'], "_"))
+                .unwrap_or_else(|| "prog".into());
+            output.with_file_name(n.replace("{name}", &prog))
+        }
+        _ => output.to_path_buf(),
+    };
+    let output = std::path::absolute(&output)?;
+    match std::fs::remove_file(&output) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(Error::io_at(format!(
+                "{}: cannot replace",
+                output.display()
+            ))(e));
+        }
+    }
+    // Traces of forked children and exec'd images of an earlier run.
+    for f in child_traces(&output) {
+        let _ = std::fs::remove_file(f);
+    }
+    cfg.output = Some(output.clone());
+    // The control socket, for code fntrace can patch while it runs. That
+    // includes `call mcount` and `call __fentry__`, which the runtime
+    // rewrites into patchable sites when recording without -F/-N and
+    // outside counting mode (unless the calls are kept, `ENV_KEEP_CALLS`).
+    let call_sites = |i: &probe::Instrumentation| (i.fentry || i.mcount) && cfg.converts_calls();
+    cfg.control = !o.no_control
+        && ins
+            .as_ref()
+            .is_some_and(|i| i.patchable_code() || call_sites(i));
+    let control = cfg.control;
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]).envs(cfg.to_env());
+    if let Some(p) = &preload {
+        let mut v = std::ffi::OsString::from(p);
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            v.push(":");
+            v.push(old);
+        }
+        cmd.env("LD_PRELOAD", v);
+    }
+    // Ctrl-C goes to the child; we stay to report what it recorded.
+    // SAFETY: setting SIGINT/SIGQUIT to ignored has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(Error::io_at(format!("cannot run {:?}", command[0])))?;
+    if control && std::io::IsTerminal::is_terminal(&io::stderr()) {
+        eprintln!(
+            "fntrace: switch functions on and off while it runs: fntrace live {} list|enable REGEX|disable REGEX",
+            child.id()
+        );
+    }
+    let status = child
+        .wait()
+        .map_err(Error::io_at(format!("cannot run {:?}", command[0])))?;
+    // SAFETY: restoring default dispositions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+    }
+    if output.exists() {
+        match Trace::open(&output) {
+            Ok(t) => {
+                let events: u64 = t
+                    .thread_ids()
+                    .into_iter()
+                    .map(|tid| {
+                        // The fast path: compact events are not built
+                        // into records.
+                        let mut r = t.stream(tid);
+                        let mut n = 0u64;
+                        while let Some(it) = r.next_fast() {
+                            n += match it {
+                                fntrace_format::reader::FastItem::Other(o) => matches!(
+                                    *o,
+                                    fntrace_format::reader::StreamItem::Record(
+                                        fntrace_format::Record::Entry { .. }
+                                            | fntrace_format::Record::Exit { .. }
+                                    )
+                                )
+                                    as u64,
+                                _ => 1,
+                            };
+                        }
+                        n
+                    })
+                    .sum();
+                let arcs = t.metadata().arcs.len();
+                let what = if arcs > 0 {
+                    format!("{arcs} call-graph arcs")
+                } else {
+                    format!("{events} events from {} threads", t.thread_ids().len())
+                };
+                eprintln!(
+                    "fntrace: recorded {} into {} ({} bytes){}",
+                    what,
+                    output.display(),
+                    t.file_len(),
+                    if t.damage().is_empty() {
+                        ""
+                    } else {
+                        "; the trace has damage, see `fntrace info`"
+                    }
+                );
+            }
+            Err(e) => eprintln!("fntrace: {e}"),
+        }
+    } else {
+        eprintln!(
+            "fntrace: {} wrote no trace. {}",
+            command[0],
+            probe::build_advice(&command[0])
+        );
+    }
+    let children = child_traces(&output);
+    if !children.is_empty() {
+        eprintln!(
+            "fntrace: {} more trace(s) from child processes or exec'd images: {}",
+            children.len(),
+            children
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    if let Some(sig) = status.signal() {
+        // Die the same way, so our parent sees the same status.
+        // SAFETY: resetting the handler and raising a signal at ourselves.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return Ok(ExitCode::from(128 + sig as u8));
+    }
+    Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+}
+
+/// Files `OUTPUT.PID` next to `output` (children and exec'd images).
+fn child_traces(output: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (output.parent(), output.file_name()) else {
+        return vec![];
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_prefix(&prefix)
+                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Warns about `-M` patterns that match none of the markers the program
+/// declares (read from the file; markers of shared libraries it loads are
+/// not known here, hence a warning only).
+fn warn_unmatched_markers(prog: &Path, patterns: &[String]) {
+    if patterns.is_empty() {
+        return;
+    }
+    let Ok(list) = crate::markers::read(prog) else {
+        return;
+    };
+    for p in patterns {
+        let Ok(re) = regex::Regex::new(p) else {
+            continue;
+        };
+        if !list.iter().any(|m| re.is_match(&m.name)) {
+            eprintln!(
+                "fntrace: warning: -M {p:?} matches none of the {} markers {} declares \
+                 (see `fntrace markers {}`)",
+                list.len(),
+                prog.display(),
+                prog.display()
+            );
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! `fntrace replay`: the call tree of a trace with durations and thread
+//! ids, filtered by function, depth, duration, thread and time window.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::io::{self, Write};
+use std::path::Path;
+
+use fntrace_format::Trace;
+
+use crate::analysis::{Clock, Event, Events, NamePattern, fmt_ns, parse_duration};
+use crate::symbols::Symbolizer;
+use crate::tracefile::open_checked;
+use crate::{Error, Result};
+
+/// Options of `fntrace replay`.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// Show calls at depth < N only (relative to a filter's match).
+    pub depth: Option<usize>,
+    /// Show only subtrees rooted at functions whose name contains this.
+    pub filter: Option<NamePattern>,
+    /// Hide calls shorter than this (ns).
+    pub threshold_ns: u64,
+    /// Only this thread.
+    pub tid: Option<u32>,
+    /// Show source locations.
+    pub srcline: bool,
+    /// Only calls entered in this window (ns since the start of the
+    /// recording, inclusive).
+    pub time_range: Option<(u64, u64)>,
+    /// Colour durations (≥ 1 ms red, ≥ 10 µs yellow).
+    pub color: bool,
+}
+
+/// One open call of a thread being replayed.
+struct Frame {
+    func: u64,
+    start: u64,
+    /// Depth relative to the root of the filtered subtree, if inside one.
+    rel: Option<usize>,
+    /// Whether this call may be shown (inside a subtree, within `--depth`).
+    eligible: bool,
+    /// Its opening line `name() {` was printed.
+    opened: bool,
+    /// Argument values, when the trace has them.
+    args: Option<Vec<i64>>,
+    /// Return value, when the trace has it.
+    ret: Option<i64>,
+}
+
+impl Frame {
+    /// `(1, 2)` or `()`.
+    fn arg_list(&self) -> String {
+        match &self.args {
+            Some(a) => format!(
+                "({})",
+                a.iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => "()".into(),
+        }
+    }
+
+    /// ` = 832040` or nothing.
+    fn ret_text(&self) -> String {
+        self.ret.map(|r| format!(" = {r}")).unwrap_or_default()
+    }
+}
+
+/// Replay state of one thread.
+struct ThreadView<'t> {
+    tid: u32,
+    events: std::iter::Peekable<Events<'t>>,
+    stack: Vec<Frame>,
+}
+
+struct Replayer<'a, 't> {
+    out: &'a mut dyn Write,
+    sym: Symbolizer<'t>,
+    clock: Clock,
+    o: &'a ReplayOptions,
+    matches: HashMap<u64, bool>,
+}
+
+impl Replayer<'_, '_> {
+    fn matches(&mut self, func: u64) -> bool {
+        let Some(f) = &self.o.filter else {
+            return true;
+        };
+        if let Some(&m) = self.matches.get(&func) {
+            return m;
+        }
+        let m = f.matches(self.sym.name(func));
+        self.matches.insert(func, m);
+        m
+    }
+
+    fn src(&mut self, func: u64) -> String {
+        if !self.o.srcline {
+            return String::new();
+        }
+        self.sym
+            .srcline(func)
+            .map(|s| format!(" /* {s} */"))
+            .unwrap_or_default()
+    }
+
+    /// Prints the opening lines of the shown frames of `stack` not printed yet.
+    fn open_ancestors(&mut self, tid: u32, stack: &mut [Frame]) -> io::Result<()> {
+        for f in stack.iter_mut() {
+            if f.eligible && !f.opened {
+                f.opened = true;
+                let indent = "  ".repeat(f.rel.unwrap_or(0));
+                let name = self.sym.name(f.func).to_string();
+                let src = self.src(f.func);
+                let args = f.arg_list();
+                writeln!(
+                    self.out,
+                    "{:>12} [{tid:>6}] | {indent}{name}{args} {{{src}",
+                    ""
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, t: &mut ThreadView<'_>, ev: Event) -> io::Result<()> {
+        match ev {
+            Event::Enter { func, tsc, .. } => {
+                let rel = match t.stack.last() {
+                    Some(Frame { rel: Some(r), .. }) => Some(r + 1),
+                    _ if self.matches(func) => Some(0),
+                    _ => None,
+                };
+                let in_time = self.o.time_range.is_none_or(|(a, b)| {
+                    let at = self.clock.since_start(tsc);
+                    at >= a && at <= b
+                });
+                let eligible = in_time && rel.is_some_and(|r| self.o.depth.is_none_or(|d| r < d));
+                // Without a threshold every eligible call is shown, so its
+                // parent can be opened now, keeping lines in time order.
+                if eligible && self.o.threshold_ns == 0 {
+                    self.open_ancestors(t.tid, &mut t.stack)?;
+                }
+                t.stack.push(Frame {
+                    func,
+                    start: tsc,
+                    rel,
+                    eligible,
+                    opened: false,
+                    args: None,
+                    ret: None,
+                });
+            }
+            Event::Args(a) => {
+                if let Some(f) = t.stack.last_mut() {
+                    f.args = Some(a);
+                }
+            }
+            Event::RetVal(v) => {
+                if let Some(f) = t.stack.last_mut() {
+                    f.ret = Some(v);
+                }
+            }
+            Event::Marker { tsc, name, text } => {
+                let in_time = self.o.time_range.is_none_or(|(a, b)| {
+                    let at = self.clock.since_start(tsc);
+                    at >= a && at <= b
+                });
+                // Shown where the calls around it are shown (or at the top
+                // when no filter hides the outer level).
+                let (shown, rel) = match t.stack.last() {
+                    Some(f) => (f.eligible, f.rel.map_or(0, |r| r + 1)),
+                    None => (self.o.filter.is_none(), 0),
+                };
+                if in_time && shown && self.o.depth.is_none_or(|d| rel <= d) {
+                    self.open_ancestors(t.tid, &mut t.stack)?;
+                    let indent = "  ".repeat(rel);
+                    let sep = if text.is_empty() { "" } else { " " };
+                    writeln!(
+                        self.out,
+                        "{:>12} [{:>6}] | {indent}/* marker {name}{sep}{text} */",
+                        "", t.tid
+                    )?;
+                }
+            }
+            Event::Exit { tsc, incomplete } => {
+                let Some(f) = t.stack.pop() else {
+                    return Ok(());
+                };
+                let dur = self.clock.ns(tsc.saturating_sub(f.start));
+                if !f.eligible || dur < self.o.threshold_ns {
+                    return Ok(());
+                }
+                self.open_ancestors(t.tid, &mut t.stack)?;
+                let tid = t.tid;
+                let d = format!("{:>12}", fmt_ns(dur));
+                let d = match (self.o.color, dur) {
+                    (true, 1_000_000..) => format!("\x1b[31m{d}\x1b[0m"),
+                    (true, 10_000..) => format!("\x1b[33m{d}\x1b[0m"),
+                    _ => d,
+                };
+                let indent = "  ".repeat(f.rel.unwrap_or(0));
+                let name = self.sym.name(f.func).to_string();
+                let note = if incomplete {
+                    " (no exit recorded)"
+                } else {
+                    ""
+                };
+                let ret = f.ret_text();
+                if f.opened {
+                    writeln!(
+                        self.out,
+                        "{d} [{tid:>6}] | {indent}}}{ret} /* {name}{note} */"
+                    )?;
+                } else {
+                    let src = self.src(f.func);
+                    let note = if incomplete {
+                        " /* no exit recorded */"
+                    } else {
+                        ""
+                    };
+                    let args = f.arg_list();
+                    writeln!(
+                        self.out,
+                        "{d} [{tid:>6}] | {indent}{name}{args}{ret};{src}{note}"
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn event_tsc(ev: &Event) -> u64 {
+    match *ev {
+        Event::Enter { tsc, .. } | Event::Exit { tsc, .. } | Event::Marker { tsc, .. } => tsc,
+        // Attached to the call before them: due at once.
+        Event::Args(_) | Event::RetVal(_) => 0,
+    }
+}
+
+/// Writes the call tree, uftrace style: threads are merged in time order
+/// (each line carries its thread id), memory stays bounded by the open call
+/// depth and one decoded chunk per thread.
+pub fn write_replay(out: &mut dyn Write, trace: &Trace, o: &ReplayOptions) -> io::Result<()> {
+    let mut r = Replayer {
+        out,
+        sym: Symbolizer::new(trace.metadata()),
+        clock: Clock::of(trace),
+        o,
+        matches: HashMap::default(),
+    };
+    writeln!(r.out, "# DURATION     TID     FUNCTION")?;
+    let mut threads: Vec<ThreadView> = trace
+        .thread_ids()
+        .into_iter()
+        .filter(|t| o.tid.is_none_or(|x| x == *t))
+        .map(|tid| ThreadView {
+            tid,
+            events: Events::new(trace, tid).peekable(),
+            stack: vec![],
+        })
+        .collect();
+    // Min-heap of (next timestamp, thread index).
+    let mut heap = std::collections::BinaryHeap::new();
+    for (i, t) in threads.iter_mut().enumerate() {
+        if let Some(ev) = t.events.peek() {
+            heap.push(std::cmp::Reverse((event_tsc(ev), i)));
+        }
+    }
+    while let Some(std::cmp::Reverse((_, i))) = heap.pop() {
+        let t = &mut threads[i];
+        let Some(ev) = t.events.next() else { continue };
+        r.event(t, ev)?;
+        if let Some(ev) = t.events.peek() {
+            heap.push(std::cmp::Reverse((event_tsc(ev), i)));
+        }
+    }
+    Ok(())
+}
+
+/// The options of `fntrace replay` as given on the command line.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CliOptions {
+    /// Show this many levels.
+    #[arg(short = 'D', long)]
+    pub depth: Option<usize>,
+    /// Only subtrees of these functions: a full name, a last path
+    /// component (`fib`), or a regular expression (`^app::.*::run$`).
+    #[arg(short = 'F', long)]
+    pub filter: Option<String>,
+    /// Hide calls shorter than this (e.g. 10us).
+    #[arg(short = 't', long)]
+    pub threshold: Option<String>,
+    /// Only this thread.
+    #[arg(long)]
+    pub tid: Option<u32>,
+    /// Show source locations.
+    #[arg(long)]
+    pub srcline: bool,
+    /// Only calls entered in this window since the start of the
+    /// recording, e.g. `1ms~2.5ms` (either side may be empty).
+    #[arg(short = 'r', long, value_name = "START~END")]
+    pub time_range: Option<String>,
+    /// Colour long calls: auto (when stdout is a terminal), always, never.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub color: ColorMode,
+}
+
+/// When to colour output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorMode {
+    /// When stdout is a terminal.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// Parses `START~END` (durations; either side may be empty).
+pub fn parse_range(s: &str) -> Option<(u64, u64)> {
+    let (a, b) = s.split_once('~')?;
+    let a = if a.trim().is_empty() {
+        0
+    } else {
+        parse_duration(a)?
+    };
+    let b = if b.trim().is_empty() {
+        u64::MAX
+    } else {
+        parse_duration(b)?
+    };
+    (a <= b).then_some((a, b))
+}
+
+/// `fntrace replay`: the call tree of the trace at `path`.
+pub fn run(out: &mut dyn Write, path: &Path, o: &CliOptions) -> Result<()> {
+    let t = open_checked(path)?;
+    let threshold_ns = match &o.threshold {
+        Some(s) => parse_duration(s)
+            .ok_or_else(|| Error::Invalid(format!("bad --threshold {s:?} (use e.g. 10us, 1ms)")))?,
+        None => 0,
+    };
+    let filter = match &o.filter {
+        Some(f) => {
+            Some(NamePattern::new(f).map_err(Error::pattern(format!("bad --filter {f:?}")))?)
+        }
+        None => None,
+    };
+    let time_range = match &o.time_range {
+        Some(r) => Some(parse_range(r).ok_or_else(|| {
+            Error::Invalid(format!(
+                "bad --time-range {r:?} (use e.g. 1ms~2.5ms, ~10ms, 5s~)"
+            ))
+        })?),
+        None => None,
+    };
+    // SAFETY: isatty has no preconditions.
+    let tty = unsafe { libc::isatty(1) } == 1;
+    let o = ReplayOptions {
+        depth: o.depth,
+        filter,
+        threshold_ns,
+        tid: o.tid,
+        srcline: o.srcline,
+        time_range,
+        color: o.color == ColorMode::Always || (o.color == ColorMode::Auto && tty),
+    };
+    write_replay(out, &t, &o)?;
+    Ok(())
+}

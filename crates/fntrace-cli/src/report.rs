@@ -1,0 +1,323 @@
+//! `fntrace report`: per-function totals (total, self, calls, avg, min,
+//! max) of a trace, optionally per thread, with the marker event counts,
+//! as a table, JSON or CSV. Also owns the [`Format`] the other tabular
+//! views share.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::io::{self, Write};
+use std::path::Path;
+
+use fntrace_format::Trace;
+use serde::Serialize;
+
+use crate::Result;
+use crate::analysis::{Call, Clock, Visitor, fmt_ns, walk_thread};
+use crate::diff::{diff_rows, write_diff};
+use crate::symbols::Symbolizer;
+use crate::tracefile::{open_checked, with_progress};
+
+/// One row of `fntrace report`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Demangled function name.
+    pub function: String,
+    /// Thread id (with `--threads`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    /// Number of calls.
+    pub calls: u64,
+    /// Inclusive time; a recursive call inside another call of the same
+    /// function is not counted again.
+    pub total_ns: u64,
+    /// Time in the function itself, children excluded.
+    pub self_ns: u64,
+    /// Average inclusive time per call.
+    pub avg_ns: u64,
+    /// Shortest call.
+    pub min_ns: u64,
+    /// Longest call.
+    pub max_ns: u64,
+}
+
+#[derive(Default)]
+struct Agg {
+    calls: u64,
+    total: u64,
+    self_: u64,
+    sum: u64,
+    min: u64,
+    max: u64,
+}
+
+struct ReportVisitor<'a> {
+    map: &'a mut HashMap<(u64, u32), Agg>,
+    tid: u32,
+    markers: &'a mut HashMap<String, u64>,
+}
+
+impl Visitor for ReportVisitor<'_> {
+    fn call(&mut self, c: &Call) {
+        let dur = c.end - c.start;
+        let a = self.map.entry((c.func, self.tid)).or_insert(Agg {
+            min: u64::MAX,
+            ..Agg::default()
+        });
+        a.calls += 1;
+        a.sum += dur;
+        if !c.recursive {
+            a.total += dur;
+        }
+        a.self_ += dur.saturating_sub(c.children);
+        a.min = a.min.min(dur);
+        a.max = a.max.max(dur);
+    }
+
+    fn marker(&mut self, name: &str, _text: &str, _tsc: u64) {
+        match self.markers.get_mut(name) {
+            Some(n) => *n += 1,
+            None => {
+                self.markers.insert(name.to_string(), 1);
+            }
+        }
+    }
+}
+
+/// Sort key of a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortKey {
+    /// Inclusive time, largest first.
+    Total,
+    /// Self time, largest first.
+    #[value(name = "self")]
+    SelfTime,
+    /// Calls, most first.
+    Calls,
+    /// Name.
+    Name,
+}
+
+/// Computes the report rows of a trace.
+pub fn report_rows(trace: &Trace, per_thread: bool, sort: SortKey) -> Vec<Row> {
+    report_rows_and_markers(trace, per_thread, sort).0
+}
+
+/// Computes the report rows of a trace and counts its marker events per
+/// marker name (most first, then by name).
+pub fn report_rows_and_markers(
+    trace: &Trace,
+    per_thread: bool,
+    sort: SortKey,
+) -> (Vec<Row>, Vec<(String, u64)>) {
+    let clock = Clock::of(trace);
+    // Threads are decoded in parallel, one worker per core, each with its
+    // own table; the tables are merged.
+    let tids = trace.thread_ids();
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(tids.len())
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    type Tables = (HashMap<(u64, u32), Agg>, HashMap<String, u64>);
+    let tables: Vec<Tables> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..workers)
+            .map(|_| {
+                sc.spawn(|| {
+                    let mut map = HashMap::default();
+                    let mut markers = HashMap::default();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&tid) = tids.get(i) else { break };
+                        let mut v = ReportVisitor {
+                            map: &mut map,
+                            tid: if per_thread { tid } else { 0 },
+                            markers: &mut markers,
+                        };
+                        walk_thread(trace, tid, &mut v);
+                    }
+                    (map, markers)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut map: HashMap<(u64, u32), Agg> = HashMap::default();
+    let mut markers: HashMap<String, u64> = HashMap::default();
+    for (t, m) in tables {
+        for (name, n) in m {
+            *markers.entry(name).or_insert(0) += n;
+        }
+        for (k, a) in t {
+            match map.get_mut(&k) {
+                None => {
+                    map.insert(k, a);
+                }
+                Some(m) => {
+                    m.calls += a.calls;
+                    m.total += a.total;
+                    m.self_ += a.self_;
+                    m.sum += a.sum;
+                    m.min = m.min.min(a.min);
+                    m.max = m.max.max(a.max);
+                }
+            }
+        }
+    }
+    // A counting trace: calls per callee from its arcs, no times.
+    for &(_, to, n) in &trace.metadata().arcs {
+        let a = map.entry((to, 0)).or_insert(Agg {
+            min: 0,
+            ..Agg::default()
+        });
+        a.calls += n;
+    }
+    let mut sym = Symbolizer::new(trace.metadata());
+    let mut rows: Vec<Row> = map
+        .into_iter()
+        .map(|((func, tid), a)| Row {
+            function: sym.name(func).to_string(),
+            tid: per_thread.then_some(tid),
+            calls: a.calls,
+            total_ns: clock.ns(a.total),
+            self_ns: clock.ns(a.self_),
+            avg_ns: clock.ns(a.sum / a.calls.max(1)),
+            min_ns: clock.ns(a.min),
+            max_ns: clock.ns(a.max),
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        match sort {
+            SortKey::Total => b.total_ns.cmp(&a.total_ns),
+            SortKey::SelfTime => b.self_ns.cmp(&a.self_ns),
+            SortKey::Calls => b.calls.cmp(&a.calls),
+            SortKey::Name => a.function.cmp(&b.function),
+        }
+        .then_with(|| a.function.cmp(&b.function))
+    });
+    let mut markers: Vec<(String, u64)> = markers.into_iter().collect();
+    markers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    (rows, markers)
+}
+
+/// Writes the marker counts of a report (table format): nothing when the
+/// trace has no marker events.
+pub fn write_marker_counts(out: &mut dyn Write, markers: &[(String, u64)]) -> io::Result<()> {
+    if markers.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out, "  {:>10}  Marker", "Events")?;
+    writeln!(out, "  {}", "=".repeat(24))?;
+    for (name, n) in markers {
+        writeln!(out, "  {n:>10}  {name}")?;
+    }
+    Ok(())
+}
+
+/// Output format of a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned text table.
+    Table,
+    /// JSON array of objects.
+    Json,
+    /// Comma-separated values with a header line.
+    Csv,
+}
+
+/// A CSV field, quoted when it holds a comma or a quote.
+pub(crate) fn csv_field(s: &str) -> String {
+    if s.contains([',', '"']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// Writes a report.
+pub fn write_report(out: &mut dyn Write, rows: &[Row], format: Format) -> io::Result<()> {
+    match format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, rows)?;
+            writeln!(out)
+        }
+        Format::Csv => {
+            writeln!(
+                out,
+                "function,tid,calls,total_ns,self_ns,avg_ns,min_ns,max_ns"
+            )?;
+            for r in rows {
+                let f = csv_field(&r.function);
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{}",
+                    f,
+                    r.tid.map(|t| t.to_string()).unwrap_or_default(),
+                    r.calls,
+                    r.total_ns,
+                    r.self_ns,
+                    r.avg_ns,
+                    r.min_ns,
+                    r.max_ns
+                )?;
+            }
+            Ok(())
+        }
+        Format::Table => {
+            let tidcol = rows.iter().any(|r| r.tid.is_some());
+            write!(
+                out,
+                "  {:>12}  {:>12}  {:>10}  ",
+                "Total time", "Self time", "Calls"
+            )?;
+            if tidcol {
+                write!(out, "{:>7}  ", "TID")?;
+            }
+            writeln!(out, "Function")?;
+            writeln!(out, "  {}", "=".repeat(if tidcol { 60 } else { 51 }))?;
+            for r in rows {
+                write!(
+                    out,
+                    "  {:>12}  {:>12}  {:>10}  ",
+                    fmt_ns(r.total_ns),
+                    fmt_ns(r.self_ns),
+                    r.calls
+                )?;
+                if let Some(t) = r.tid {
+                    write!(out, "{t:>7}  ")?;
+                }
+                writeln!(out, "{}", r.function)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `fntrace report`: the report of the trace at `path` (with the marker
+/// counts under a table), or with `diff` the changes from it to that
+/// trace.
+pub fn run(
+    out: &mut dyn Write,
+    path: &Path,
+    sort: SortKey,
+    format: Format,
+    threads: bool,
+    diff: Option<&Path>,
+) -> Result<()> {
+    let t = open_checked(path)?;
+    if let Some(other) = diff {
+        let o = open_checked(other)?;
+        write_diff(out, &diff_rows(&t, &o), format)?;
+    } else {
+        let (rows, markers) = with_progress(&t, 1, "reading", || {
+            report_rows_and_markers(&t, threads, sort)
+        });
+        write_report(out, &rows, format)?;
+        if format == Format::Table {
+            write_marker_counts(out, &markers)?;
+        }
+    }
+    Ok(())
+}

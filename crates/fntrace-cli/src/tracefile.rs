@@ -1,0 +1,83 @@
+//! Opening a trace for a view: the shared trace-file argument of the
+//! views and exports, the warning about damaged parts, and the progress
+//! bar of long reads.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use fntrace_format::Trace;
+
+use crate::Result;
+
+/// The trace-file argument of the views and exports.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TraceFile {
+    /// Trace file.
+    #[arg(default_value = "fntrace.data")]
+    pub path: PathBuf,
+}
+
+/// Opens a trace.
+pub fn open(path: &Path) -> Result<Trace> {
+    Ok(Trace::open(path)?)
+}
+
+/// Opens a trace and warns (on stderr) about damaged parts the views skip.
+pub fn open_checked(path: &Path) -> Result<Trace> {
+    let t = open(path)?;
+    warn_damage(&t);
+    Ok(t)
+}
+
+/// Warns on stderr when a trace has damaged parts.
+pub fn warn_damage(t: &Trace) {
+    if !t.damage().is_empty() {
+        eprintln!(
+            "fntrace: {}: {} damaged parts skipped (see `fntrace info`)",
+            t.path().display(),
+            t.damage().len()
+        );
+    }
+}
+
+/// Runs `f`, showing a progress bar on stderr (chunks read out of
+/// `passes` passes over the trace) if it takes more than a second and
+/// stderr is a terminal.
+pub fn with_progress<R>(t: &Trace, passes: u64, label: &str, f: impl FnOnce() -> R) -> R {
+    use std::io::IsTerminal;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !io::stderr().is_terminal() {
+        return f();
+    }
+    let total = t.stream_chunks() * passes;
+    let base = t.chunks_read();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_secs(1) {
+                if done.load(Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:40}] {percent}% ({elapsed}, {eta} left)",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_message(label.to_string());
+            while !done.load(Ordering::Acquire) {
+                bar.set_position(t.chunks_read().saturating_sub(base).min(total));
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            bar.finish_and_clear();
+        });
+        let r = f();
+        done.store(true, Ordering::Release);
+        r
+    })
+}
