@@ -57,6 +57,57 @@ fn cargo_fntrace_run_mcount_records_a_fresh_project() {
     assert!(!proj.join("target/debug").exists());
 }
 
+#[test]
+fn cargo_fntrace_help_and_bad_options() {
+    let d = tempfile::tempdir().unwrap();
+    for args in [&["--help"][..], &["build", "--help"], &["run", "--help"]] {
+        let out = cargo_fntrace(d.path(), args, &[]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!(text.contains("Usage: cargo fntrace"), "{args:?}: {text}");
+        assert!(text.contains("mcount | fentry | xray"), "{args:?}: {text}");
+        if args.len() > 1 {
+            assert!(text.contains("--instrument <MODE>"), "{args:?}: {text}");
+            assert!(text.contains("--release"), "{args:?}: {text}");
+        }
+    }
+    for (args, want) in [
+        (
+            &["build", "--instrument=mcount", "--bogus"][..],
+            "'--bogus'",
+        ),
+        (&["build"], "--instrument <MODE>"),
+        (&["bogus", "--instrument=mcount"], "'bogus'"),
+        (
+            &["build", "--instrument=maybe"],
+            "unknown --instrument mode \"maybe\"",
+        ),
+    ] {
+        let out = cargo_fntrace(d.path(), args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn cargo_fntrace_build_lists_the_instrumented_binaries() {
+    let d = tempfile::tempdir().unwrap();
+    let proj = project(d.path(), "");
+    let out = cargo_fntrace(&proj, &["build", "--instrument=mcount", "--release"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let listed: Vec<&str> = err
+        .lines()
+        .skip_while(|l| *l != "cargo-fntrace: instrumented binaries:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(listed, ["target/fntrace/mcount/release/demo"], "{err}");
+    assert!(proj.join(listed[0]).is_file(), "{err}");
+}
+
 fn project(dir: &std::path::Path, deps: &str) -> std::path::PathBuf {
     let proj = dir.join("demo");
     std::fs::create_dir_all(proj.join("src")).unwrap();

@@ -8,9 +8,13 @@
 //! (`<target>/fntrace/<mode>`) so normal builds are not invalidated; `run`
 //! and `test` run the binaries under `fntrace record` (a Cargo runner).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::{Context, Result, bail};
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
 /// Set when this binary runs as rustc's wrapper: the flags to add.
 const ENV_WRAP_FLAGS: &str = "FNTRACE_CARGO_RUSTFLAGS";
@@ -22,12 +26,248 @@ fn main() -> ExitCode {
             return wrap_rustc(&args[1..], &flags);
         }
     }
-    match run(args) {
+    // Cargo runs `cargo-fntrace fntrace ARGS...`; run directly, the
+    // binary may be given `ARGS...` alone.
+    let mut argv = args;
+    if argv.get(1).is_none_or(|a| a != "fntrace") {
+        argv.insert(1, "fntrace".into());
+    }
+    let Cargo::Fntrace(cli) = Cargo::parse_from(argv);
+    match run(cli.cmd) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("cargo-fntrace: {e}");
+            eprintln!("cargo-fntrace: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// `cargo fntrace ...` as Cargo runs it (`cargo-fntrace fntrace ...`).
+#[derive(Parser)]
+#[command(name = "cargo", bin_name = "cargo")]
+enum Cargo {
+    /// Build, run or test a Cargo project instrumented for fntrace.
+    #[command(version)]
+    Fntrace(FntraceArgs),
+}
+
+/// The arguments of `cargo fntrace`.
+#[derive(Args)]
+#[command(after_help = MODES_HELP)]
+struct FntraceArgs {
+    #[command(subcommand)]
+    cmd: Sub,
+}
+
+/// The Cargo commands `cargo fntrace` wraps.
+#[derive(Subcommand)]
+enum Sub {
+    /// Build the project instrumented (into `<target>/fntrace/<MODE>`) and
+    /// list the instrumented executables.
+    Build(BuildArgs),
+    /// Build and run a binary under `fntrace record` (one trace,
+    /// `<target>/fntrace/<MODE>/fntrace.data` unless `-o`).
+    Run(BuildArgs),
+    /// Build and run the tests, each test binary under `fntrace record`
+    /// (one trace each, `<target>/fntrace/<MODE>/NAME.data`).
+    Test(BuildArgs),
+}
+
+impl Sub {
+    /// Cargo's name of the command, and its arguments.
+    fn parts(&self) -> (&'static str, &BuildArgs) {
+        match self {
+            Sub::Build(a) => ("build", a),
+            Sub::Run(a) => ("run", a),
+            Sub::Test(a) => ("test", a),
+        }
+    }
+}
+
+const MODES_HELP: &str = "MODE: never | mcount | fentry | xray[:ignore-loops,instruction-threshold=N,no-entry,no-exit] | patchable | source
+  xray with a threshold (or ignore-loops): #[instrument_fn] functions whose sleds LLVM drops
+  are recorded through a patchable entry instead (XRay's always-instrument)";
+
+/// The options of `cargo fntrace build|run|test`.
+#[derive(Args)]
+#[command(after_help = MODES_HELP)]
+struct BuildArgs {
+    /// How to instrument: never, mcount, fentry, xray[:OPTIONS], patchable
+    /// or source (see below).
+    #[arg(long, value_name = "MODE")]
+    instrument: String,
+    /// Instrument every crate, dependencies included (default: the
+    /// workspace's own crates).
+    #[arg(long)]
+    all_crates: bool,
+    /// Link with `-pg`: glibc's profiler writes `gmon.out` (for gprof).
+    #[arg(long)]
+    gprof: bool,
+    /// Trace file of `run` and `test` (`{name}` in it stands for the
+    /// program's name).
+    #[arg(short = 'o', long = "trace", value_name = "TRACE")]
+    trace: Option<PathBuf>,
+    #[command(flatten)]
+    cargo: CargoOptions,
+    /// Further arguments for Cargo (e.g. the test name filter of `test`).
+    #[arg(value_name = "ARGS")]
+    args: Vec<OsString>,
+    /// Arguments after `--`: the program's (`run`) or the test harness's
+    /// (`test`).
+    #[arg(last = true, value_name = "PROGRAM_ARGS")]
+    program_args: Vec<OsString>,
+}
+
+/// Cargo's options `cargo fntrace` accepts and passes on: (long name,
+/// short name, whether it takes a value, help).
+const CARGO_OPTIONS: &[(&str, Option<char>, bool, &str)] = &[
+    ("release", Some('r'), false, "Build in release mode"),
+    ("profile", None, true, "Build with this profile"),
+    ("package", Some('p'), true, "Package(s) to build"),
+    ("workspace", None, false, "All packages of the workspace"),
+    ("exclude", None, true, "Exclude packages"),
+    ("lib", None, false, "Only this package's library"),
+    ("bin", None, true, "Only this binary"),
+    ("bins", None, false, "All binaries"),
+    ("example", None, true, "Only this example"),
+    ("examples", None, false, "All examples"),
+    ("test", None, true, "Only this test target"),
+    ("tests", None, false, "All test targets"),
+    ("bench", None, true, "Only this bench target"),
+    ("benches", None, false, "All bench targets"),
+    ("all-targets", None, false, "All targets"),
+    ("doc", None, false, "Only the documentation tests (test)"),
+    (
+        "no-run",
+        None,
+        false,
+        "Compile the tests, do not run them (test)",
+    ),
+    (
+        "no-fail-fast",
+        None,
+        false,
+        "Run every test whatever fails (test)",
+    ),
+    ("features", Some('F'), true, "Features to activate"),
+    ("all-features", None, false, "Activate all features"),
+    (
+        "no-default-features",
+        None,
+        false,
+        "Do not activate the default feature",
+    ),
+    ("target", None, true, "Build for this target triple"),
+    ("jobs", Some('j'), true, "Number of parallel jobs"),
+    ("keep-going", None, false, "Build as much as possible"),
+    ("manifest-path", None, true, "Path to Cargo.toml"),
+    ("locked", None, false, "Cargo.lock must be up to date"),
+    ("offline", None, false, "Run without accessing the network"),
+    ("frozen", None, false, "Both --locked and --offline"),
+    (
+        "verbose",
+        Some('v'),
+        false,
+        "Verbose output (-vv: very verbose)",
+    ),
+    ("quiet", Some('q'), false, "No Cargo log messages"),
+    ("color", None, true, "Coloring: auto, always, never"),
+    ("message-format", None, true, "Cargo's message format"),
+    ("config", None, true, "Override a Cargo configuration value"),
+    ("", Some('Z'), true, "Unstable Cargo flags"),
+];
+
+/// The Cargo options given (see [`CARGO_OPTIONS`]), as Cargo's
+/// arguments.
+#[derive(Debug, Default)]
+struct CargoOptions {
+    args: Vec<OsString>,
+    /// Whether `--message-format` is among them.
+    message_format: bool,
+}
+
+/// The clap id of a Cargo option: its long name (`Z` for `-Z`).
+fn cargo_option_id(long: &'static str) -> &'static str {
+    if long.is_empty() { "Z" } else { long }
+}
+
+impl FromArgMatches for CargoOptions {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut o = CargoOptions::default();
+        for &(long, short, value, _) in CARGO_OPTIONS {
+            let id = cargo_option_id(long);
+            let flag = if long.is_empty() {
+                format!("-{}", short.unwrap_or('Z'))
+            } else {
+                format!("--{long}")
+            };
+            if !value {
+                let n = if long == "verbose" {
+                    m.get_count(id)
+                } else {
+                    m.get_flag(id) as u8
+                };
+                for _ in 0..n {
+                    o.args.push(flag.clone().into());
+                }
+                continue;
+            }
+            for v in m.get_raw(id).into_iter().flatten() {
+                o.args.push(flag.clone().into());
+                o.args.push(v.to_os_string());
+                o.message_format |= long == "message-format";
+            }
+        }
+        for v in m.get_raw("cargo-arg").into_iter().flatten() {
+            o.message_format |= v.to_string_lossy().starts_with("--message-format");
+            o.args.push(v.to_os_string());
+        }
+        Ok(o)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = CargoOptions::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for CargoOptions {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        for &(long, short, value, help) in CARGO_OPTIONS {
+            let mut a = Arg::new(cargo_option_id(long))
+                .help(help)
+                .help_heading("Cargo options (passed to cargo)");
+            if !long.is_empty() {
+                a = a.long(long);
+            }
+            if let Some(c) = short {
+                a = a.short(c);
+            }
+            a = if value {
+                a.action(ArgAction::Append)
+                    .value_parser(clap::builder::OsStringValueParser::new())
+                    .value_name("VALUE")
+            } else if long == "verbose" {
+                a.action(ArgAction::Count)
+            } else {
+                a.action(ArgAction::SetTrue)
+            };
+            cmd = cmd.arg(a);
+        }
+        cmd.arg(
+            Arg::new("cargo-arg")
+                .long("cargo-arg")
+                .value_name("ARG")
+                .help("Another argument for Cargo, passed as it is (repeatable)")
+                .help_heading("Cargo options (passed to cargo)")
+                .allow_hyphen_values(true)
+                .action(ArgAction::Append)
+                .value_parser(clap::builder::OsStringValueParser::new()),
+        )
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        CargoOptions::augment_args(cmd)
     }
 }
 
@@ -79,11 +319,6 @@ fn wrap_rustc(args: &[OsString], flags: &str) -> ExitCode {
     }
 }
 
-const USAGE: &str = "usage: cargo fntrace build|run|test --instrument=MODE [--all-crates] [--gprof] [-o TRACE] [cargo args...]
-MODE: never | mcount | fentry | xray[:ignore-loops,instruction-threshold=N,no-entry,no-exit] | patchable | source
-  xray with a threshold (or ignore-loops): #[instrument_fn] functions whose sleds LLVM drops
-  are recorded through a patchable entry instead (XRay's always-instrument)";
-
 /// The cfg that gives `#[instrument_fn]` functions a patchable entry
 /// (XRay's always-instrument when a threshold drops their sleds).
 const CFG_ALWAYS: &str = "fntrace_always_instrument";
@@ -104,11 +339,11 @@ const ALWAYS_INSTRUMENT: [&str; 4] = [
 ];
 
 /// The rustc flags for a mode, and whether they need `RUSTC_BOOTSTRAP`.
-pub fn mode_flags(mode: &str) -> Result<(Vec<String>, bool), String> {
+fn mode_flags(mode: &str) -> Result<(Vec<String>, bool)> {
     let (name, opts) = mode.split_once(':').unwrap_or((mode, ""));
     let opts: Vec<&str> = opts.split(',').filter(|o| !o.is_empty()).collect();
     if name != "xray" && !opts.is_empty() {
-        return Err(format!("--instrument={name} takes no options"));
+        bail!("--instrument={name} takes no options");
     }
     Ok(match name {
         "never" | "source" => (vec![], false),
@@ -134,11 +369,12 @@ pub fn mode_flags(mode: &str) -> Result<(Vec<String>, bool), String> {
                     "always" | "never" => o.to_string(),
                     _ if o.starts_with("instruction-threshold=") => {
                         let n = &o["instruction-threshold=".len()..];
-                        n.parse::<u32>()
-                            .map_err(|_| format!("bad instruction-threshold {n:?}"))?;
+                        if n.parse::<u32>().is_err() {
+                            bail!("bad instruction-threshold {n:?}");
+                        }
                         o.to_string()
                     }
-                    _ => return Err(format!("unknown xray option {o:?}")),
+                    _ => bail!("unknown xray option {o:?}"),
                 });
             }
             if v.is_empty() {
@@ -153,60 +389,17 @@ pub fn mode_flags(mode: &str) -> Result<(Vec<String>, bool), String> {
             }
             (flags, true)
         }
-        _ => return Err(format!("unknown --instrument mode {name:?}\n{USAGE}")),
+        _ => bail!("unknown --instrument mode {name:?}\n{MODES_HELP}"),
     })
 }
 
-fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
-    let mut it = args.into_iter().skip(1).peekable();
-    // `cargo fntrace ...` passes "fntrace" first.
-    if it.peek().is_some_and(|a| a == "fntrace") {
-        it.next();
-    }
-    let sub = it
-        .next()
-        .map(|s| s.to_string_lossy().into_owned())
-        .ok_or(USAGE)?;
-    if !matches!(sub.as_str(), "build" | "run" | "test") {
-        return Err(format!("unknown command {sub:?}\n{USAGE}"));
-    }
-    let mut mode = None;
-    let mut all = false;
-    let mut gprof = false;
-    let mut trace: Option<PathBuf> = None;
-    let mut rest: Vec<OsString> = vec![];
-    let mut passthrough = false;
-    while let Some(a) = it.next() {
-        let s = a.to_string_lossy().into_owned();
-        if passthrough {
-            rest.push(a);
-            continue;
-        }
-        if let Some(m) = s.strip_prefix("--instrument=") {
-            mode = Some(m.to_string());
-        } else if s == "--instrument" {
-            mode = Some(
-                it.next()
-                    .ok_or("--instrument needs a value")?
-                    .to_string_lossy()
-                    .into(),
-            );
-        } else if s == "--all-crates" {
-            all = true;
-        } else if s == "--gprof" {
-            gprof = true;
-        } else if s == "-o" || s == "--trace" {
-            trace = Some(it.next().ok_or("-o needs a path")?.into());
-        } else {
-            if s == "--" {
-                passthrough = true;
-            }
-            rest.push(a);
-        }
-    }
-    let mode = mode.ok_or_else(|| format!("--instrument=MODE is required\n{USAGE}"))?;
-    let (mut flags, bootstrap) = mode_flags(&mode)?;
-    if gprof {
+/// Runs `cargo build|run|test` with the flags of the mode, in the mode's
+/// target directory (`run` and `test` with `fntrace record` as the runner).
+fn run(sub: Sub) -> Result<ExitCode> {
+    let (sub, a) = sub.parts();
+    let mode = &a.instrument;
+    let (mut flags, bootstrap) = mode_flags(mode)?;
+    if a.gprof {
         flags.push("-Clink-arg=-pg".into());
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -215,7 +408,13 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     let mode_dir = mode.replace([':', ',', '='], "-");
     let target_dir = target.join("fntrace").join(&mode_dir);
     let mut c = Command::new(&cargo);
-    c.arg(&sub).args(&rest).env("CARGO_TARGET_DIR", &target_dir);
+    c.arg(sub)
+        .args(&a.cargo.args)
+        .args(&a.args)
+        .env("CARGO_TARGET_DIR", &target_dir);
+    if !a.program_args.is_empty() {
+        c.arg("--").args(&a.program_args);
+    }
     if bootstrap {
         eprintln!(
             "cargo-fntrace: warning: --instrument={mode} uses unstable rustc flags ({}); \
@@ -225,7 +424,7 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
         c.env("RUSTC_BOOTSTRAP", "1");
     }
     if !flags.is_empty() {
-        if all {
+        if a.all_crates {
             let mut rf = std::env::var("RUSTFLAGS").unwrap_or_default();
             for f in &flags {
                 rf.push(' ');
@@ -236,7 +435,7 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
                 c.env(ENV_ALWAYS, "1");
             }
         } else {
-            let me = std::env::current_exe().map_err(|e| e.to_string())?;
+            let me = std::env::current_exe().context("cannot find cargo-fntrace itself")?;
             c.env("RUSTC_WORKSPACE_WRAPPER", me)
                 .env(ENV_WRAP_FLAGS, flags.join("\x1f"))
                 .env(ENV_WRAP_MEMBERS, meta.members.join("\x1f"));
@@ -248,20 +447,43 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     } else {
         "fntrace.data"
     };
-    let trace = trace.unwrap_or_else(|| target_dir.join(default_name));
+    let trace = a
+        .trace
+        .clone()
+        .unwrap_or_else(|| target_dir.join(default_name));
     if sub != "build" {
-        let me = std::env::current_exe().map_err(|e| e.to_string())?;
+        let me = std::env::current_exe().context("cannot find cargo-fntrace itself")?;
         let fntrace = me.with_file_name("fntrace");
         if !fntrace.is_file() {
-            return Err(format!(
-                "{} not found next to cargo-fntrace",
-                fntrace.display()
-            ));
+            bail!("{} not found next to cargo-fntrace", fntrace.display());
         }
         let runner = format!("{} record -o {} --", fntrace.display(), trace.display());
         c.env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", runner);
     }
-    let st = c.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    // A build lists the executables it made, from Cargo's artifact
+    // messages (unless the caller chose the message format).
+    let list = sub == "build" && !a.cargo.message_format;
+    if list {
+        c.arg("--message-format=json-render-diagnostics")
+            .stdout(Stdio::piped());
+    }
+    let mut child = c.spawn().context("cannot run cargo")?;
+    let executables = match child.stdout.take() {
+        Some(out) => executables(BufReader::new(out))?,
+        None => vec![],
+    };
+    let st = child.wait().context("cannot run cargo")?;
+    if list && st.success() {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        if executables.is_empty() {
+            eprintln!("cargo-fntrace: no executables built");
+        } else {
+            eprintln!("cargo-fntrace: instrumented binaries:");
+        }
+        for e in &executables {
+            eprintln!("  {}", e.strip_prefix(&cwd).unwrap_or(e).display());
+        }
+    }
     if sub != "build" && trace.exists() {
         eprintln!(
             "cargo-fntrace: trace in {} (fntrace report {})",
@@ -277,31 +499,56 @@ fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     Ok(ExitCode::from(st.code().unwrap_or(1) as u8))
 }
 
+/// The executables of Cargo's `compiler-artifact` messages (JSON, one per
+/// line); other lines are passed to stdout.
+fn executables(out: impl BufRead) -> Result<Vec<PathBuf>> {
+    let mut v = vec![];
+    let stdout = std::io::stdout();
+    for line in out.lines() {
+        let line = line.context("reading cargo's messages")?;
+        match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(m) if m.get("reason").is_some() => {
+                if m["reason"] == "compiler-artifact" {
+                    if let Some(e) = m["executable"].as_str() {
+                        let e = PathBuf::from(e);
+                        if !v.contains(&e) {
+                            v.push(e);
+                        }
+                    }
+                }
+            }
+            _ => {
+                let _ = writeln!(stdout.lock(), "{line}");
+            }
+        }
+    }
+    Ok(v)
+}
+
 /// What `cargo metadata` says about the workspace.
 struct Meta {
     target: PathBuf,
     members: Vec<String>,
 }
 
-fn metadata(cargo: &OsString) -> Result<Meta, String> {
+fn metadata(cargo: &OsStr) -> Result<Meta> {
     let out = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .output()
-        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+        .context("cannot run cargo metadata")?;
     if !out.status.success() {
-        return Err(format!(
+        bail!(
             "cargo metadata failed: {}",
             String::from_utf8_lossy(&out.stderr)
-        ));
+        );
     }
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("cargo metadata")?;
     let target = match std::env::var_os("CARGO_TARGET_DIR") {
         Some(t) => PathBuf::from(t),
         None => v["target_directory"]
             .as_str()
             .map(PathBuf::from)
-            .ok_or("cargo metadata gave no target_directory")?,
+            .context("cargo metadata gave no target_directory")?,
     };
     let members = v["packages"]
         .as_array()
