@@ -36,7 +36,7 @@ pub fn run(
                 .map_err(Error::pattern(format!("bad function pattern {p:?}")))?;
         }
     }
-    let mut path = fntrace_rt::live::socket_path(pid);
+    let mut path = fntrace_rt::control::socket_path(pid);
     // Another user's process keeps its socket in that user's directory.
     if !path.exists() {
         use std::os::unix::fs::MetadataExt;
