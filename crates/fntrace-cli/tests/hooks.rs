@@ -64,8 +64,9 @@ fn run_traced(dir: &Path, bin: &Path, args: &[&str]) -> String {
         .unwrap();
     assert!(
         out.status.success(),
-        "traced {} failed: {}",
+        "traced {} failed ({}): {}",
         bin.display(),
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()

@@ -18,6 +18,9 @@ pub use fntrace_rt::hooks::tramp::{
 };
 pub use fntrace_rt::markers::record::fntrace_record_marker;
 pub use fntrace_rt::session::dl::{dlclose, dlopen};
+pub use fntrace_rt::session::exec::{
+    execl, execle, execlp, execv, execve, execvp, execvpe, fexecve,
+};
 pub use fntrace_rt::xray::api::{
     __xray_function_address, __xray_init, __xray_max_function_id, __xray_patch,
     __xray_patch_function, __xray_remove_handler, __xray_remove_handler_arg1, __xray_set_handler,

@@ -45,6 +45,10 @@ pub const ENV_CONTROL: &str = "FNTRACE_CONTROL";
 /// (exits by return-address hijacking) instead of rewriting them into
 /// patchable sites with call wrappers.
 pub const ENV_KEEP_CALLS: &str = "FNTRACE_KEEP_CALLS";
+/// `1`: set by the runtime itself in the environment of an `exec` across
+/// which it ignored `SIGPROF` (see `session::exec`); read and removed by
+/// the new image's runtime at start-up. Not a setting.
+pub const ENV_PROF_EXEC: &str = "FNTRACE_PROF_EXEC";
 /// Where `fntrace record` finds `libfntrace_preload.so` (read by the CLI,
 /// not by the runtime).
 pub const ENV_PRELOAD: &str = "FNTRACE_PRELOAD";

@@ -4,7 +4,7 @@
 //! environment before `main` (or lazily at the first event), and the
 //! process events every layer must hear of: `exit`, `fork` (a child
 //! records into `PATH.PID` or nothing), `exec` under a running profiling
-//! timer ([`prof`]) and `dlopen` ([`dl`], fanned out to every mechanism).
+//! timer ([`prof`], [`exec`]) and `dlopen` ([`dl`], fanned out to every mechanism).
 //!
 //! Nothing below imports it; the sink calls back into it through one
 //! hook, [`recorder::set_start_hook`], for a thread whose first event
@@ -12,6 +12,8 @@
 
 #[cfg(feature = "compiler-hooks")]
 pub mod dl;
+#[cfg(feature = "compiler-hooks")]
+pub mod exec;
 mod prof;
 
 use std::io;

@@ -1,6 +1,8 @@
 //! The profiling-timer guard of start-up (`gcc -pg` programs that
 //! `exec`): part of `session`.
 
+use crate::config::ENV_PROF_EXEC;
+
 /// Keeps an inherited profiling timer from killing the process while the
 /// runtime starts. A `gcc -pg` program that `exec`s keeps its
 /// `ITIMER_PROF` timer running into the new image, whose `SIGPROF`
@@ -13,12 +15,19 @@
 /// replaces the action with its own handler (a lost tick only loses one
 /// histogram sample); otherwise the default comes back when the guard is
 /// dropped, so a program that would have died of the signal still does.
+///
+/// The ticks before this guard exists (in the kernel's `exec`, in `ld.so`)
+/// are covered by the image that `exec`ed: `session::exec` ignores
+/// `SIGPROF` across the `exec` (an ignored action survives it) and marks
+/// the environment with `config::ENV_PROF_EXEC`; such an inherited "ignored" is
+/// then treated here as the default it stands for.
 pub(crate) struct ProfTimerGuard(bool);
 
 impl ProfTimerGuard {
     /// Ignores `SIGPROF` while the timer is armed and the action is the
     /// default (see the type's documentation).
     pub(crate) fn new() -> ProfTimerGuard {
+        let marked = take_exec_marker();
         // SAFETY: getitimer and sigaction only read and write the local
         // structures passed to them.
         unsafe {
@@ -29,9 +38,13 @@ impl ProfTimerGuard {
                 return ProfTimerGuard(false);
             }
             let mut old: libc::sigaction = core::mem::zeroed();
-            if libc::sigaction(libc::SIGPROF, core::ptr::null(), &mut old) != 0
-                || old.sa_sigaction != libc::SIG_DFL
-            {
+            if libc::sigaction(libc::SIGPROF, core::ptr::null(), &mut old) != 0 {
+                return ProfTimerGuard(false);
+            }
+            // Ignored by the image that exec'd us: it stands for the
+            // default the exec would have left.
+            let ignored_for_us = marked && old.sa_sigaction == libc::SIG_IGN;
+            if old.sa_sigaction != libc::SIG_DFL && !ignored_for_us {
                 return ProfTimerGuard(false);
             }
             libc::signal(libc::SIGPROF, libc::SIG_IGN);
@@ -47,6 +60,18 @@ impl Drop for ProfTimerGuard {
             unsafe { libc::signal(libc::SIGPROF, libc::SIG_DFL) };
         }
     }
+}
+
+/// Whether the image that exec'd us ignored `SIGPROF` across the `exec`
+/// (the marker is removed, so our own children do not see it).
+fn take_exec_marker() -> bool {
+    let marked = std::env::var_os(ENV_PROF_EXEC).is_some_and(|v| v == "1");
+    if marked {
+        // SAFETY: start-up, before the program's own code runs: no other
+        // thread of the program reads the environment yet.
+        unsafe { std::env::remove_var(ENV_PROF_EXEC) };
+    }
+    marked
 }
 
 /// Whether the main executable imports `__monstartup` (it was linked with
