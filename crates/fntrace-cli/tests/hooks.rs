@@ -290,6 +290,46 @@ fn exec_with_a_running_profiling_timer() {
     }
 }
 
+/// The runtime ignores `SIGPROF` across an `exec` while the profiling
+/// timer runs (so the new image's start-up cannot die of a tick), but
+/// only for an image that installs the handler again: a program that is
+/// not `-pg`, `exec`'d with the timer armed, still dies of `SIGPROF` as it
+/// does without fntrace, and a `-pg` one still survives.
+#[test]
+fn exec_under_the_profiling_timer_keeps_the_programs_fate() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = tempfile::tempdir().unwrap();
+    let launcher = build(d.path(), "prof_exec.c", "pe-pg", &["-pg"]);
+    let plain = build(d.path(), "prof_exec.c", "pe-plain", &[]);
+    let pg = build(d.path(), "prof_exec.c", "pe-pg2", &["-pg"]);
+    for (target, dies) in [(&plain, true), (&pg, false)] {
+        let bare = Command::new(&launcher).arg(target).output().unwrap();
+        let traced = common::record_cmd(&d.path().join("t.data"), &[], &launcher, &[])
+            .arg(target)
+            .output()
+            .unwrap();
+        for (how, out) in [("bare", &bare), ("traced", &traced)] {
+            if dies {
+                assert_eq!(
+                    out.status.signal(),
+                    Some(libc::SIGPROF),
+                    "{how} {}: {}",
+                    target.display(),
+                    out.status
+                );
+            } else {
+                assert!(
+                    out.status.success(),
+                    "{how} {}: {}",
+                    target.display(),
+                    out.status
+                );
+                assert_eq!(String::from_utf8_lossy(&out.stdout), "spun\n");
+            }
+        }
+    }
+}
+
 #[test]
 fn backtraces_and_signal_handlers_inside_traced_code() {
     let d = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 //! handler does not: the kernel resets a handled signal to the default
 //! action, and a tick that comes before the new image's runtime starts
 //! (in the kernel's `exec`, in `ld.so` loading the preload library)
-//! terminates the process — about 1 run in 100 under load with a 1 ms
+//! terminates the process — about 1 run in 400 under load with a 1 ms
 //! timer. An *ignored* action survives `exec`, so every `exec` function
 //! here first ignores `SIGPROF` when the timer is armed and a handler is
 //! installed, and marks the environment with `config::ENV_PROF_EXEC`;
