@@ -18,6 +18,3 @@ pub mod tramp;
 pub mod unwind;
 #[cfg(feature = "compiler-hooks")]
 pub mod wrapper;
-
-#[cfg(all(test, feature = "compiler-hooks"))]
-mod fast_tests;

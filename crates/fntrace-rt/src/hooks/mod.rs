@@ -10,3 +10,6 @@
 
 #[cfg(feature = "compiler-hooks")]
 pub mod tramp;
+
+#[cfg(all(test, feature = "compiler-hooks"))]
+mod fast_tests;

@@ -9,14 +9,10 @@ use std::sync::atomic::Ordering;
 
 use fntrace_format::event::MAX_COMPACT_LEN;
 
+use crate::calls::entry::RUST_ENTRIES;
 use crate::clock;
-use crate::recorder::{Options, SESSION, state};
-use crate::session::{finish, start_file as start};
+use crate::recorder::{self, Options, SESSION, state};
 use fntrace_format::event::Decoder;
-use std::sync::atomic::AtomicU64;
-
-/// Entries that took the Rust path.
-pub(crate) static RUST_ENTRIES: AtomicU64 = AtomicU64::new(0);
 
 /// A function instrumented like `gcc -pg -mfentry` output.
 #[unsafe(naked)]
@@ -24,14 +20,14 @@ extern "C" fn probe() {
     core::arch::naked_asm!(
         "call {f}",
         "ret",
-        f = sym crate::hooks::tramp::__fentry__,
+        f = sym super::tramp::__fentry__,
     )
 }
 
 #[test]
 fn fast_path_events_decode() {
     let path = std::env::temp_dir().join(format!("fntrace-fast-{}.data", std::process::id()));
-    start(&Options {
+    recorder::start(&Options {
         path: path.clone(),
         max_size: 1 << 30,
         exclusive: false,
@@ -118,15 +114,15 @@ fn fast_path_events_decode() {
         }
     }
     assert!(fast > deltas.len() * prevs.len() / 2, "{fast}");
-    finish();
+    recorder::finish(false, &|_| {});
     let _ = std::fs::remove_file(&path);
     // With no session, a thread that never attached (session 0, like
     // the current one) must not take the fast path: it has no chunk.
     std::thread::spawn(move || {
         // SAFETY: the hooks take any function address.
         unsafe {
-            crate::hooks::tramp::__cyg_profile_func_enter(func as *mut u8, ptr::null_mut());
-            crate::hooks::tramp::__cyg_profile_func_exit(func as *mut u8, ptr::null_mut());
+            super::tramp::__cyg_profile_func_enter(func as *mut u8, ptr::null_mut());
+            super::tramp::__cyg_profile_func_exit(func as *mut u8, ptr::null_mut());
         }
         probe();
     })
