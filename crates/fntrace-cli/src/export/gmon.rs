@@ -56,12 +56,7 @@ impl Visitor for ArcCollector<'_> {
 /// Writes `gmon.out` for the trace's main executable.
 pub fn write_gmon(out: &mut dyn Write, trace: &Trace) -> io::Result<GmonSummary> {
     let meta = trace.metadata();
-    let exe = meta
-        .process
-        .as_ref()
-        .and_then(|p| meta.modules.iter().find(|m| m.path == p.exe))
-        .or_else(|| meta.modules.first())
-        .ok_or_else(|| io::Error::other("the trace has no module map"))?;
+    let exe = super::main_module(meta)?;
     let mut arcs: HashMap<(u64, u64), u64> = HashMap::default();
     let mut self_ticks: HashMap<u64, u64> = HashMap::default();
     let counted = !meta.arcs.is_empty();

@@ -18,6 +18,8 @@ pub use gmon::{GmonSummary, write_gmon};
 pub use html::write_html;
 pub use xray::{XraySummary, write_xray};
 
+use fntrace_format::{Metadata, ModuleInfo};
+
 use crate::tracefile::open_checked;
 use crate::{Error, Result};
 
@@ -108,4 +110,14 @@ pub fn run(path: &Path, format: ExportFormat, output: &Path) -> Result<()> {
     buf.flush()
         .map_err(Error::io_at(format!("{}: cannot write", output.display())))?;
     Ok(())
+}
+
+/// The module of the traced process's executable (the first module when
+/// the trace names no executable): what gmon.out and XRay logs describe.
+fn main_module(meta: &Metadata) -> io::Result<&ModuleInfo> {
+    meta.process
+        .as_ref()
+        .and_then(|p| meta.modules.iter().find(|m| m.path == p.exe))
+        .or_else(|| meta.modules.first())
+        .ok_or_else(|| io::Error::other("the trace has no module map"))
 }

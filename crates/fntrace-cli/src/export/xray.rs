@@ -28,12 +28,7 @@ pub struct XraySummary {
 pub fn write_xray(out: &mut dyn Write, trace: &Trace) -> io::Result<XraySummary> {
     use object::ObjectSection;
     let meta = trace.metadata();
-    let exe = meta
-        .process
-        .as_ref()
-        .and_then(|p| meta.modules.iter().find(|m| m.path == p.exe))
-        .or_else(|| meta.modules.first())
-        .ok_or_else(|| io::Error::other("the trace has no module map"))?;
+    let exe = super::main_module(meta)?;
     let data = std::fs::read(&exe.path)?;
     let obj = object::File::parse(&*data).map_err(io::Error::other)?;
     let sec = obj.section_by_name("xray_instr_map").ok_or_else(|| {
