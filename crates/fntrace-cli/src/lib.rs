@@ -1,10 +1,11 @@
 //! The library side of the `fntrace` command: symbolisation, call
-//! reconstruction, the views (`report`, `replay`, `info`, `graph`,
+//! reconstruction, attaching to a running process, the views (`report`, `replay`, `info`, `graph`,
 //! `report --diff`), the exports, `record`, the `live` client and the
 //! markers listing. The binary (`main.rs`) only parses arguments and calls
 //! one function here per command.
 
 pub mod analysis;
+pub mod attach;
 pub mod demo;
 pub mod diff;
 pub mod error;

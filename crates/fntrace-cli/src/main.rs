@@ -13,7 +13,7 @@ use fntrace_cli::export::ExportFormat;
 use fntrace_cli::graph::GraphFormat;
 use fntrace_cli::report::{Format, SortKey};
 use fntrace_cli::tracefile::TraceFile;
-use fntrace_cli::{export, graph, info, live, markers, record, replay, report};
+use fntrace_cli::{attach, export, graph, info, live, markers, record, replay, report};
 
 #[derive(Parser)]
 #[command(
@@ -62,8 +62,21 @@ struct RecordArgs {
     output: PathBuf,
     #[command(flatten)]
     options: record::Options,
+    /// Attach to this running process instead of starting a command:
+    /// record a window, then detach (see README, "Attaching to a running
+    /// process").
+    #[arg(short = 'p', long = "pid", conflicts_with = "command")]
+    pid: Option<i32>,
+    /// With -p: detach after this long (5s, 250ms, 2m); default: at Ctrl-C
+    /// or when the process ends.
+    #[arg(long, requires = "pid")]
+    duration: Option<String>,
     /// The command and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(
+        required_unless_present = "pid",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     command: Vec<String>,
 }
 
@@ -208,7 +221,18 @@ fn run() -> Result<ExitCode> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     match cli.cmd {
-        Cmd::Record(a) => return Ok(record::run(&a.output, &a.options, &a.command)?),
+        Cmd::Record(a) => {
+            if let Some(pid) = a.pid {
+                let d = match &a.duration {
+                    Some(d) => Some(attach::parse_duration(d).ok_or_else(|| {
+                        anyhow::anyhow!("bad --duration {d:?}: a positive duration like 5s, 250ms or 2m")
+                    })?),
+                    None => None,
+                };
+                return Ok(attach::run(pid, &a.output, &a.options, d)?);
+            }
+            return Ok(record::run(&a.output, &a.options, &a.command)?);
+        }
         Cmd::Report(a) => report::run(
             &mut out,
             &a.trace.path,

@@ -200,52 +200,7 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         libc::signal(libc::SIGQUIT, libc::SIG_DFL);
     }
     if output.exists() {
-        match Trace::open(&output) {
-            Ok(t) => {
-                let events: u64 = t
-                    .thread_ids()
-                    .into_iter()
-                    .map(|tid| {
-                        // The fast path: compact events are not built
-                        // into records.
-                        let mut r = t.stream(tid);
-                        let mut n = 0u64;
-                        while let Some(it) = r.next_fast() {
-                            n += match it {
-                                fntrace_format::reader::FastItem::Other(o) => matches!(
-                                    *o,
-                                    fntrace_format::reader::StreamItem::Record(
-                                        fntrace_format::Record::Entry { .. }
-                                            | fntrace_format::Record::Exit { .. }
-                                    )
-                                )
-                                    as u64,
-                                _ => 1,
-                            };
-                        }
-                        n
-                    })
-                    .sum();
-                let arcs = t.metadata().arcs.len();
-                let what = if arcs > 0 {
-                    format!("{arcs} call-graph arcs")
-                } else {
-                    format!("{events} events from {} threads", t.thread_ids().len())
-                };
-                eprintln!(
-                    "fntrace: recorded {} into {} ({} bytes){}",
-                    what,
-                    output.display(),
-                    t.file_len(),
-                    if t.damage().is_empty() {
-                        ""
-                    } else {
-                        "; the trace has damage, see `fntrace info`"
-                    }
-                );
-            }
-            Err(e) => eprintln!("fntrace: {e}"),
-        }
+        print_summary(&output);
     } else {
         eprintln!(
             "fntrace: {} wrote no trace. {}",
@@ -321,5 +276,55 @@ fn warn_unmatched_markers(prog: &Path, patterns: &[String]) {
                 prog.display()
             );
         }
+    }
+}
+
+/// Prints what the trace at `output` holds (events, threads, size, damage).
+pub(crate) fn print_summary(output: &Path) {
+    match Trace::open(output) {
+        Ok(t) => {
+            let events: u64 = t
+                .thread_ids()
+                .into_iter()
+                .map(|tid| {
+                    // The fast path: compact events are not built
+                    // into records.
+                    let mut r = t.stream(tid);
+                    let mut n = 0u64;
+                    while let Some(it) = r.next_fast() {
+                        n += match it {
+                            fntrace_format::reader::FastItem::Other(o) => matches!(
+                                *o,
+                                fntrace_format::reader::StreamItem::Record(
+                                    fntrace_format::Record::Entry { .. }
+                                        | fntrace_format::Record::Exit { .. }
+                                )
+                            )
+                                as u64,
+                            _ => 1,
+                        };
+                    }
+                    n
+                })
+                .sum();
+            let arcs = t.metadata().arcs.len();
+            let what = if arcs > 0 {
+                format!("{arcs} call-graph arcs")
+            } else {
+                format!("{events} events from {} threads", t.thread_ids().len())
+            };
+            eprintln!(
+                "fntrace: recorded {} into {} ({} bytes){}",
+                what,
+                output.display(),
+                t.file_len(),
+                if t.damage().is_empty() {
+                    ""
+                } else {
+                    "; the trace has damage, see `fntrace info`"
+                }
+            );
+        }
+        Err(e) => eprintln!("fntrace: {e}"),
     }
 }

@@ -92,6 +92,11 @@ pub struct Metadata {
     /// Call-graph arcs of a counting trace: (call site, callee, count),
     /// summed over threads.
     pub arcs: Vec<(u64, u64, u64)>,
+    /// Set when the recording attached to a running process: (TSC of the
+    /// start, controller pid).
+    pub attach: Option<(u64, u64)>,
+    /// Set when an attached recording detached: (TSC of the stop, why).
+    pub detach: Option<(u64, crate::event::DetachReason)>,
 }
 
 /// An open trace file.
@@ -322,6 +327,8 @@ impl Trace {
                     meta.sites.entry(s.key).or_insert(s);
                 }
                 Record::Arc { from, to, count } => meta.arcs.push((from, to, count)),
+                Record::Attach { tsc, controller } => meta.attach = Some((tsc, controller)),
+                Record::Detach { tsc, reason } => meta.detach = Some((tsc, reason)),
                 _ => {}
             }
         }

@@ -17,6 +17,7 @@ pub use fntrace_rt::hooks::tramp::{
     __cyg_profile_func_enter, __cyg_profile_func_exit, __fentry__, _mcount, mcount,
 };
 pub use fntrace_rt::markers::record::fntrace_record_marker;
+pub use fntrace_rt::session::attach::fntrace_attach;
 pub use fntrace_rt::session::dl::{dlclose, dlopen};
 pub use fntrace_rt::session::exec::{
     execl, execle, execlp, execv, execve, execvp, execvpe, fexecve,

@@ -9,7 +9,7 @@
 //! builds a [`Config`] and hands it to the child with [`Config::to_env`];
 //! a session started at run time (attach) can take one directly.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
 /// Output file; setting it makes any instrumented program record from its
@@ -52,6 +52,56 @@ pub const ENV_PROF_EXEC: &str = "FNTRACE_PROF_EXEC";
 /// Where `fntrace record` finds `libfntrace_preload.so` (read by the CLI,
 /// not by the runtime).
 pub const ENV_PRELOAD: &str = "FNTRACE_PRELOAD";
+/// Hand-over only (never read from the environment): the abstract Unix
+/// socket name through which an attached runtime talks to its controller
+/// (`fntrace record -p`; see `session::attach`).
+pub const HANDOVER_SOCKET: &str = "FNTRACE_ATTACH_SOCKET";
+/// Hand-over only: the process id of the controller.
+pub const HANDOVER_CONTROLLER: &str = "FNTRACE_ATTACH_CONTROLLER";
+
+/// `fntrace_attach` result: the attach thread was started.
+pub const ATTACH_STARTED: i32 = 0;
+/// `fntrace_attach` result: bad arguments.
+pub const ATTACH_INVALID: i32 = -22;
+/// `fntrace_attach` result: another controller is attached.
+pub const ATTACH_BUSY: i32 = -16;
+/// `fntrace_attach` result: the process already records (started under
+/// `fntrace record`, or it called `fntrace::start`).
+pub const ATTACH_RECORDING: i32 = -17;
+/// `fntrace_attach` result: the attach thread could not be started.
+pub const ATTACH_NO_THREAD: i32 = -11;
+
+/// Encodes `NAME=VALUE` pairs for a hand-over at run time (what `fntrace
+/// record -p` writes into a running process): each pair followed by a NUL
+/// byte. Names and values must not contain NUL (patterns and paths never
+/// do; such a pair is dropped).
+pub fn encode_handover<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a OsStr)>) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = vec![];
+    for (n, v) in pairs {
+        if n.contains('\0') || v.as_bytes().contains(&0) {
+            continue;
+        }
+        out.extend_from_slice(n.as_bytes());
+        out.push(b'=');
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
+/// Decodes what [`encode_handover`] made (pairs without `=` are skipped).
+pub fn decode_handover(bytes: &[u8]) -> Vec<(String, OsString)> {
+    use std::os::unix::ffi::OsStrExt;
+    bytes
+        .split(|&b| b == 0)
+        .filter_map(|p| {
+            let eq = p.iter().position(|&b| b == b'=')?;
+            let name = std::str::from_utf8(&p[..eq]).ok()?.to_string();
+            Some((name, OsStr::from_bytes(&p[eq + 1..]).to_os_string()))
+        })
+        .collect()
+}
 
 /// Default maximum trace size.
 pub const DEFAULT_MAX_SIZE: u64 = 16 << 30;

@@ -3,7 +3,7 @@
 //! the first undecodable record as a [`DecodeError`].
 
 use super::{
-    ModuleInfo, ProcessInfo, Record, SiteInfo, TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE,
+    DetachReason, ModuleInfo, ProcessInfo, TAG_ATTACH, TAG_DETACH, Record, SiteInfo, TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE,
     TAG_PROCESS, TAG_RETVAL, TAG_SITE, TAG_THREAD_EXIT, TAG_THREAD_START,
 };
 use crate::varint::{get_uvarint, unzigzag};
@@ -305,6 +305,14 @@ impl<'a> Decoder<'a> {
                 from: var(&mut p)?,
                 to: var(&mut p)?,
                 count: var(&mut p)?,
+            },
+            TAG_ATTACH => Record::Attach {
+                tsc: var(&mut p)?,
+                controller: var(&mut p)?,
+            },
+            TAG_DETACH => Record::Detach {
+                tsc: var(&mut p)?,
+                reason: DetachReason::from_code(var(&mut p)?),
             },
             // Unknown tags are skipped whole: that is what the length is for.
             _ => return Some(Record::Unknown { tag }),

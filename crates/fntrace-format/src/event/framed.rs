@@ -6,6 +6,7 @@ use super::{
     TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SITE,
     TAG_THREAD_EXIT, TAG_THREAD_START,
 };
+use super::{TAG_ATTACH, TAG_DETACH};
 use crate::varint::{put_uvarint, uvarint_len, zigzag};
 
 /// Destination of framed-record bytes.
@@ -138,6 +139,20 @@ pub enum Framed<'a> {
         /// Its arguments, formatted.
         text: &'a [u8],
     },
+    /// Recording started by attaching to a running process.
+    Attach {
+        /// Absolute TSC of the start.
+        tsc: u64,
+        /// Process id of the controller.
+        controller: u64,
+    },
+    /// Recording of an attached process stopped.
+    Detach {
+        /// Absolute TSC of the stop.
+        tsc: u64,
+        /// [`super::DetachReason::code`].
+        reason: u64,
+    },
     /// A call-graph arc counted without timestamps (`record --count`).
     Arc {
         /// Return address in the caller (the call site).
@@ -159,6 +174,8 @@ impl Framed<'_> {
             Framed::Module { .. } => TAG_MODULE,
             Framed::Site { .. } => TAG_SITE,
             Framed::Arc { .. } => TAG_ARC,
+            Framed::Attach { .. } => TAG_ATTACH,
+            Framed::Detach { .. } => TAG_DETACH,
             Framed::Args { .. } => TAG_ARGS,
             Framed::RetVal { .. } => TAG_RETVAL,
             Framed::Marker { .. } => TAG_MARKER,
@@ -216,6 +233,14 @@ impl Framed<'_> {
                 put_var(s, from);
                 put_var(s, to);
                 put_var(s, count);
+            }
+            Framed::Attach { tsc, controller } => {
+                put_var(s, tsc);
+                put_var(s, controller);
+            }
+            Framed::Detach { tsc, reason } => {
+                put_var(s, tsc);
+                put_var(s, reason);
             }
             Framed::Args { values } => {
                 put_var(s, values.len() as u64);

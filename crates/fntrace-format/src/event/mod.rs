@@ -59,6 +59,45 @@ pub const TAG_MODULE: u8 = 0x09;
 pub const TAG_SITE: u8 = 0x0a;
 /// Framed tag: a call-graph arc with its count (counting mode).
 pub const TAG_ARC: u8 = 0x0b;
+/// Framed tag: the runtime was attached to a running process (metadata).
+pub const TAG_ATTACH: u8 = 0x0c;
+/// Framed tag: the runtime detached from the process (metadata).
+pub const TAG_DETACH: u8 = 0x0d;
+
+/// Why an attached recording ended ([`Record::Detach`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetachReason {
+    /// The controller (`fntrace record -p`) asked (duration elapsed, Ctrl-C).
+    Asked,
+    /// The controller went away (killed) and the runtime detached itself.
+    ControllerGone,
+    /// The process exited during the window.
+    ProcessExit,
+    /// A code this reader does not know.
+    Other(u64),
+}
+
+impl DetachReason {
+    /// The on-disk code.
+    pub fn code(self) -> u64 {
+        match self {
+            DetachReason::Asked => 0,
+            DetachReason::ControllerGone => 1,
+            DetachReason::ProcessExit => 2,
+            DetachReason::Other(c) => c,
+        }
+    }
+
+    /// The reason of an on-disk code.
+    pub fn from_code(c: u64) -> DetachReason {
+        match c {
+            0 => DetachReason::Asked,
+            1 => DetachReason::ControllerGone,
+            2 => DetachReason::ProcessExit,
+            c => DetachReason::Other(c),
+        }
+    }
+}
 
 /// The process a trace was recorded from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -187,6 +226,20 @@ pub enum Record {
         to: u64,
         /// Calls.
         count: u64,
+    },
+    /// The runtime was attached to the running process (metadata).
+    Attach {
+        /// Absolute TSC when recording started.
+        tsc: u64,
+        /// Process id of the controller (`fntrace record -p`).
+        controller: u64,
+    },
+    /// The runtime detached (metadata).
+    Detach {
+        /// Absolute TSC when recording stopped.
+        tsc: u64,
+        /// Why.
+        reason: DetachReason,
     },
     /// A framed record of a tag this reader does not know (skipped).
     Unknown {

@@ -54,8 +54,9 @@ fn private_dir() -> std::io::Result<PathBuf> {
     Ok(d)
 }
 
-/// The socket this process listens on, removed at exit.
-static LISTENING: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// The socket this process listens on (path, listening descriptor),
+/// removed at exit or when an attached recording detaches.
+static LISTENING: Mutex<Option<(PathBuf, i32)>> = Mutex::new(None);
 
 /// Starts the control thread (once per process; again in a forked child).
 pub fn start() -> std::io::Result<PathBuf> {
@@ -66,7 +67,10 @@ pub fn start() -> std::io::Result<PathBuf> {
     let l = UnixListener::bind(&path)
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
-    *LISTENING.lock().unwrap_or_else(|e| e.into_inner()) = Some(path.clone());
+    {
+        use std::os::fd::AsRawFd;
+        *LISTENING.lock().unwrap_or_else(|e| e.into_inner()) = Some((path.clone(), l.as_raw_fd()));
+    }
     std::thread::Builder::new()
         .name("fntrace-ctl".into())
         .spawn(move || serve(l))
@@ -76,10 +80,15 @@ pub fn start() -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
-/// Removes this process's socket (at exit).
+/// Removes this process's socket and ends its control thread (at exit,
+/// or when an attached recording detaches).
 pub fn stop() {
-    if let Some(p) = LISTENING.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some((p, fd)) = LISTENING.lock().unwrap_or_else(|e| e.into_inner()).take() {
         let _ = std::fs::remove_file(p);
+        // SAFETY: `fd` is the listener the control thread owns (it is
+        // closed only when that thread ends, after this wakes it):
+        // shutting it down makes its `accept` fail, and the thread ends.
+        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
     }
 }
 
@@ -118,7 +127,12 @@ fn serve(l: UnixListener) {
     // This thread's own calls are never traced.
     crate::recorder::guarded(|| {
         for conn in l.incoming() {
-            let Ok(mut s) = conn else { continue };
+            let mut s = match conn {
+                Ok(s) => s,
+                // Shut down by `stop`: this listener is no longer ours.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
+                Err(_) => continue,
+            };
             // SAFETY: geteuid cannot fail.
             let me = unsafe { libc::geteuid() };
             match peer_uid(&s) {

@@ -703,3 +703,20 @@ pub fn switch_functions(pattern: &str, on: bool) -> Result<usize, PatchError> {
     let c = add_rule(pattern, on)?;
     Ok(if on { c.on } else { c.off })
 }
+
+/// Switches every patchable site off and forgets the selection rules (a
+/// detached recording: the sites go back to their NOPs). Returns what
+/// changed.
+pub fn stop() -> Changed {
+    let _code = patch::lock();
+    let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+    reg.rules.clear();
+    reg.default_on = false;
+    let mut c = Changed::default();
+    for i in 0..reg.objects.len() {
+        let d = apply(&mut reg, i);
+        c.on += d.on;
+        c.off += d.off;
+    }
+    c
+}

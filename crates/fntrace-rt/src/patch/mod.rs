@@ -11,7 +11,10 @@
 //!   while other threads may execute it, and the `SIGTRAP` handler that
 //!   steers threads that hit a half-written site;
 //! - [`stubs`]: `jmp [rip]` stubs within ±2 GiB of patched code, so that a
-//!   `call rel32` written into a site can reach a trampoline anywhere.
+//!   `call rel32` written into a site can reach a trampoline anywhere;
+//! - [`got`]: redirecting calls to an imported function by rewriting GOT
+//!   slots (a runtime loaded into a running process taking over the
+//!   compiler hooks).
 //!
 //! A leaf: it imports nothing else of the runtime but the error type of
 //! a bad pattern.
@@ -19,6 +22,7 @@
 //! Every change of code goes through [`LOCK`], so two patchers never write
 //! the same bytes at once.
 
+pub mod got;
 pub mod int3;
 pub mod stubs;
 pub mod sync;

@@ -240,6 +240,20 @@ pub(crate) fn note_modules() -> bool {
     true
 }
 
+/// Writes `rec` (metadata: [`Framed::Attach`], [`Framed::Detach`]) into
+/// the active session; returns whether one is active.
+pub(crate) fn note_meta(rec: &Framed<'_>) -> bool {
+    let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    let p = CURRENT.load(Ordering::Acquire);
+    let sid = SESSION.load(Ordering::Acquire);
+    if p.is_null() || sid == 0 || sid == UNINIT {
+        return false;
+    }
+    // SAFETY: sessions are leaked.
+    write_meta(unsafe { &*p }, rec);
+    true
+}
+
 /// Calls its argument with every counted arc (`from`, `to`, `count`).
 pub(crate) type ArcSource<'a> = &'a dyn Fn(&mut dyn FnMut(u64, u64, u64));
 

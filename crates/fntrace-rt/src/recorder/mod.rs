@@ -45,6 +45,25 @@ use fntrace_format::event::MAX_COMPACT_LEN;
 
 pub use file::flush;
 pub(crate) use file::{finish, forget_after_fork, note_modules, start, start_after_fork};
+
+/// Marks the active session as recorded by attaching to a running
+/// process (controller pid `controller`), now. Returns whether a session
+/// is active.
+pub fn note_attach(controller: u64) -> bool {
+    file::note_meta(&fntrace_format::event::Framed::Attach {
+        tsc: crate::clock::tsc(),
+        controller,
+    })
+}
+
+/// Marks the end of an attached recording, now, with the reason's code
+/// ([`fntrace_format::event::DetachReason::code`]).
+pub fn note_detach(reason: u64) -> bool {
+    file::note_meta(&fntrace_format::event::Framed::Detach {
+        tsc: crate::clock::tsc(),
+        reason,
+    })
+}
 #[cfg(feature = "compiler-hooks")]
 pub(crate) use state::ARCS_OFFSET;
 pub(crate) use state::{ThreadState, state, with_state};

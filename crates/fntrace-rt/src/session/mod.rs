@@ -11,6 +11,8 @@
 //! comes before start-up looked at the environment.
 
 #[cfg(feature = "compiler-hooks")]
+pub mod attach;
+#[cfg(feature = "compiler-hooks")]
 pub mod dl;
 #[cfg(feature = "compiler-hooks")]
 pub mod exec;
@@ -177,7 +179,10 @@ pub fn note_modules_changed() {
 
 extern "C" fn at_exit() {
     #[cfg(feature = "compiler-hooks")]
-    crate::control::socket::stop();
+    {
+        attach::at_exit();
+        crate::control::socket::stop();
+    }
     recorder::finish(true, &|f| count::for_each_arc(f));
 }
 

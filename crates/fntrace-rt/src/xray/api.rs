@@ -118,6 +118,16 @@ pub fn start_recording(patterns: &[String]) -> usize {
     }
 }
 
+/// Stops recording XRay events: every sled is unpatched (a detached
+/// recording). Returns how many sleds were unpatched.
+pub fn stop_recording() -> usize {
+    super::tramp::RECORD.store(false, Ordering::Release);
+    if !patch::scan() {
+        return 0;
+    }
+    patch::patch_where(false, &|_| true).unwrap_or(0)
+}
+
 /// Patches (`on`) or unpatches the XRay functions whose demangled name
 /// matches `pattern`; returns how many functions were selected (0 when the
 /// process has no sleds).

@@ -1,0 +1,534 @@
+//! `fntrace record -p PID`: attaching to a running process, recording a
+//! window, detaching.
+//!
+//! 1. Checks: the process exists, is not traced by a debugger, belongs to
+//!    us (or we are root), and has instrumentation fntrace can switch on
+//!    while it runs (patchable entries, XRay sleds, `-pg`/`-pg -mfentry`/
+//!    `-finstrument-functions` hook calls bound to glibc's definitions).
+//! 2. Listens on a fresh abstract Unix socket for the runtime.
+//! 3. Injection ([`ptrace`]): every thread is stopped, one is borrowed (a
+//!    thread blocked in a system call if there is one), the others are let
+//!    go at once; on the borrowed thread the process's own `dlopen` loads
+//!    `libfntrace_preload.so`, then `fntrace_attach` receives the
+//!    configuration (hand-over pairs on the thread's stack, never the
+//!    environment) and starts the runtime's attach thread; the borrowed
+//!    thread gets its registers back and is let go.
+//! 4. The runtime connects (its peer credentials must be the target's),
+//!    starts recording and says so; we wait for `--duration`, Ctrl-C (or
+//!    SIGTERM/SIGHUP), or the process's end, then ask it to detach and
+//!    wait for its `ok detached`. If we are killed, the socket closes and
+//!    the runtime detaches by itself.
+
+pub mod ptrace;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use fntrace_rt::config;
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use crate::record::Options;
+use crate::{Error, Result, probe};
+
+/// How long the injected calls may take (a `dlopen` waiting for a lock
+/// another thread holds finishes when that thread lets go of it).
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What happened during an attach, for the summary and the benchmark.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Timings {
+    /// Longest time any thread other than the borrowed one was stopped.
+    pub others_stopped: Duration,
+    /// Time the borrowed thread was away from the program.
+    pub borrowed: Duration,
+    /// From the start of `record -p` to the runtime saying it records.
+    pub to_recording: Duration,
+    /// From asking to stop to the runtime saying it detached.
+    pub to_detached: Duration,
+}
+
+/// Parses a duration: `5s`, `250ms`, `2m`, `1h`, or plain seconds.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.trim().parse().ok()?;
+    (v.is_finite() && v > 0.0 && v * mul < 1e9).then(|| Duration::from_secs_f64(v * mul))
+}
+
+/// A field of `/proc/PID/status` (`TracerPid`, `Uid`, ...).
+fn status_field(pid: i32, name: &str) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+}
+
+/// A file mapped into the process: its path and where its offset 0 is.
+struct Mapped {
+    path: PathBuf,
+    start: u64,
+}
+
+/// The files mapped at offset 0 in `pid` (one per object).
+fn mapped_objects(pid: i32) -> Vec<Mapped> {
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return vec![];
+    };
+    let mut v: Vec<Mapped> = vec![];
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 || f[2] != "00000000" || !f[5].starts_with('/') {
+            continue;
+        }
+        let path = PathBuf::from(f[5..].join(" "));
+        if v.iter().any(|m| m.path == path) {
+            continue;
+        }
+        let Some(start) = f[0].split('-').next().and_then(|a| u64::from_str_radix(a, 16).ok())
+        else {
+            continue;
+        };
+        v.push(Mapped { path, start });
+    }
+    v
+}
+
+/// The run-time address of the dynamic symbol `name` of the object `m`
+/// (mapped in the target).
+fn symbol_address(m: &Mapped, name: &str) -> Option<u64> {
+    let data = std::fs::read(&m.path).ok()?;
+    let obj = object::File::parse(&*data).ok()?;
+    let first = obj.segments().map(|s| s.address()).min()? & !0xfff;
+    let bias = m.start.wrapping_sub(first);
+    obj.dynamic_symbols()
+        .find(|s| s.name() == Ok(name) && s.is_definition())
+        .map(|s| s.address().wrapping_add(bias))
+}
+
+/// The C string at `addr` in the stopped process (at most 1 KiB).
+fn read_cstr(st: &ptrace::Stopped, addr: u64) -> String {
+    let mut out = vec![];
+    for k in 0..16u64 {
+        let Ok(b) = st.read_mem(addr + 64 * k, 64) else { break };
+        if let Some(n) = b.iter().position(|&c| c == 0) {
+            out.extend_from_slice(&b[..n]);
+            break;
+        }
+        out.extend_from_slice(&b);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether an object's file name is glibc's C library or dynamic loader.
+fn is_libc(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|f| f.to_str())
+        .is_some_and(|f| f.starts_with("libc.so") || f.starts_with("libc-"))
+}
+
+/// Checks that `pid` can be attached to; returns its executable's path.
+fn check_target(pid: i32) -> Result<PathBuf> {
+    if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(Error::Invalid(format!("-p {pid}: no such process")));
+    }
+    if pid == std::process::id() as i32 {
+        return Err(Error::Invalid(format!("-p {pid}: that is fntrace itself")));
+    }
+    let tracer = status_field(pid, "TracerPid").unwrap_or_default();
+    if tracer != "0" && !tracer.is_empty() {
+        let who = std::fs::read_to_string(format!("/proc/{tracer}/comm")).unwrap_or_default();
+        return Err(Error::Invalid(format!(
+            "process {pid} is already traced by process {tracer} ({}): detach the debugger first",
+            who.trim()
+        )));
+    }
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let uid: Option<u32> = status_field(pid, "Uid")
+        .and_then(|u| u.split_whitespace().nth(1).and_then(|e| e.parse().ok()));
+    if me != 0 && uid.is_some_and(|u| u != me) {
+        return Err(Error::Invalid(format!(
+            "cannot attach to process {pid}: it belongs to uid {}, you are uid {me} (only root \
+             may attach to another user's process)",
+            uid.unwrap_or(0)
+        )));
+    }
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map_err(Error::io_at(format!("cannot attach to process {pid}: its executable")))
+}
+
+/// What instrumentation the objects mapped in `pid` have.
+fn instrumentation(pid: i32) -> probe::Instrumentation {
+    let mut all = probe::Instrumentation::default();
+    for m in mapped_objects(pid) {
+        if let Some(i) = probe::inspect(&m.path) {
+            all.runtime |= i.runtime;
+            all.hooks_runtime |= i.hooks_runtime;
+            all.mcount |= i.mcount;
+            all.fentry |= i.fentry;
+            all.cyg_profile |= i.cyg_profile;
+            all.xray |= i.xray;
+            all.patchable |= i.patchable;
+            all.mcount_loc |= i.mcount_loc;
+        }
+    }
+    all
+}
+
+/// Set by the signal handler: stop recording.
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    STOP.store(sig, Ordering::Relaxed);
+}
+
+/// Attaches to `pid`, records into `output` until `duration` elapses,
+/// Ctrl-C, or the process ends, then detaches.
+pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> Result<ExitCode> {
+    let t0 = Instant::now();
+    let exe = check_target(pid)?;
+    let ins = instrumentation(pid);
+    if !(ins.patchable_code() || ins.mcount || ins.fentry || ins.cyg_profile) {
+        return Err(Error::Invalid(format!(
+            "process {pid} ({}) has no instrumentation fntrace can switch on while it runs; \
+             rebuild it with patchable entries (gcc/clang -fpatchable-function-entry=5, \
+             cargo fntrace build --instrument=fentry), XRay (clang -fxray-instrument), or \
+             gcc -pg / -pg -mfentry, and start it again",
+            exe.display()
+        )));
+    }
+    let preload = probe::preload_path().ok_or_else(|| {
+        Error::Invalid(format!(
+            "cannot find {} (set {}, or build it: cargo build --release -p fntrace-preload)",
+            probe::PRELOAD_NAME,
+            config::ENV_PRELOAD
+        ))
+    })?;
+    let preload = std::fs::canonicalize(&preload).map_err(Error::io_at(preload.display().to_string()))?;
+    let mut cfg = o.config()?;
+    let output = std::path::absolute(output)?;
+    if let Some(dir) = output.parent()
+        && !dir.is_dir()
+    {
+        return Err(Error::Invalid(format!(
+            "{}: no such directory",
+            dir.display()
+        )));
+    }
+    match std::fs::remove_file(&output) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io_at(format!("{}: cannot replace", output.display()))(e)),
+    }
+    cfg.output = Some(output.clone());
+    cfg.control = !o.no_control;
+    // The runtime's socket: abstract, named after us and a random part.
+    let mut rnd = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into `rnd`.
+    unsafe { libc::getrandom(rnd.as_mut_ptr().cast(), 8, 0) };
+    let name = format!(
+        "fntrace-attach-{}-{:016x}",
+        std::process::id(),
+        u64::from_le_bytes(rnd)
+    );
+    let listener = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        UnixListener::bind_addr(&addr).map_err(Error::io_at("cannot make the attach socket"))?
+    };
+    let me = std::process::id().to_string();
+    let mut pairs: Vec<(&str, std::ffi::OsString)> = cfg.to_env();
+    pairs.push((config::HANDOVER_SOCKET, name.clone().into()));
+    pairs.push((config::HANDOVER_CONTROLLER, me.into()));
+    let handover = config::encode_handover(pairs.iter().map(|(n, v)| (*n, v.as_os_str())));
+
+    let mut timings = Timings::default();
+    inject(pid, &preload, &handover, &mut timings)?;
+
+    // The runtime connects back.
+    listener.set_nonblocking(true)?;
+    let stream = accept_from(&listener, pid, Duration::from_secs(15))?;
+    stream.set_nonblocking(false)?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let line = line.trim().to_string();
+    let Some(started) = line.strip_prefix("ok recording ") else {
+        let why = line.strip_prefix("error: ").unwrap_or(&line);
+        return Err(Error::Invalid(format!(
+            "process {pid}: the runtime could not start recording: {}",
+            if why.is_empty() { "it closed the connection" } else { why }
+        )));
+    };
+    timings.to_recording = t0.elapsed();
+    let field = |k: &str| {
+        started
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
+            .unwrap_or("?")
+            .to_string()
+    };
+    eprintln!(
+        "fntrace: attached to process {pid} ({}) in {:.1} ms: patchable sites on {}, XRay \
+         functions {}, hook slots {}; recording into {}{}",
+        exe.display(),
+        timings.to_recording.as_secs_f64() * 1e3,
+        field("sites"),
+        field("xray"),
+        field("hook-slots"),
+        output.display(),
+        match duration {
+            Some(d) => format!(" for {:.3} s (Ctrl-C stops earlier)", d.as_secs_f64()),
+            None => " until Ctrl-C".into(),
+        }
+    );
+    if cfg.control && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        eprintln!(
+            "fntrace: switch functions on and off meanwhile: fntrace live {pid} list|enable REGEX|disable REGEX"
+        );
+    }
+    let ended = wait_for_end(&stream, duration);
+    let t_stop = Instant::now();
+    let mut w = stream.try_clone()?;
+    let detached = if ended {
+        None
+    } else {
+        let _ = writeln!(w, "stop");
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+        let mut l = String::new();
+        let _ = reader.read_line(&mut l);
+        timings.to_detached = t_stop.elapsed();
+        Some(l.trim().to_string())
+    };
+    match &detached {
+        Some(l) if l.starts_with("ok detached") => eprintln!(
+            "fntrace: detached from process {pid} in {:.1} ms (every site switched back off); \
+             threads were stopped for at most {:.2} ms, the borrowed thread for {:.2} ms",
+            timings.to_detached.as_secs_f64() * 1e3,
+            timings.others_stopped.as_secs_f64() * 1e3,
+            timings.borrowed.as_secs_f64() * 1e3,
+        ),
+        Some(l) => eprintln!(
+            "fntrace: process {pid} did not confirm the detach ({}); it may have exited or exec'd",
+            if l.is_empty() { "no answer" } else { l }
+        ),
+        None => eprintln!(
+            "fntrace: process {pid} ended (exit or exec) during the window; the trace ends there"
+        ),
+    }
+    crate::record::print_summary(&output);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Accepts the runtime's connection, checking that it comes from `pid`.
+fn accept_from(l: &UnixListener, pid: i32, timeout: Duration) -> Result<UnixStream> {
+    let start = Instant::now();
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+                let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
+                // SAFETY: SO_PEERCRED fills a ucred of the size passed.
+                let r = unsafe {
+                    libc::getsockopt(
+                        s.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_PEERCRED,
+                        (&mut cred as *mut libc::ucred).cast(),
+                        &mut len,
+                    )
+                };
+                if r == 0 && cred.pid == pid {
+                    return Ok(s);
+                }
+                // Someone else: not our runtime.
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(Error::io_at("attach socket")(e)),
+        }
+        if start.elapsed() > timeout || !Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(Error::Invalid(format!(
+                "process {pid} did not connect back within {} s after the runtime was loaded \
+                 (it may have exited)",
+                timeout.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits for `duration`, a stop signal, or the connection to close (the
+/// process ended). Returns whether the process ended.
+fn wait_for_end(s: &UnixStream, duration: Option<Duration>) -> bool {
+    STOP.store(0, Ordering::Relaxed);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installs a handler that only stores to an atomic.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+    let start = Instant::now();
+    let ended = loop {
+        if STOP.load(Ordering::Relaxed) != 0 {
+            break false;
+        }
+        let left = match duration {
+            Some(d) => match d.checked_sub(start.elapsed()) {
+                Some(l) => l,
+                None => break false,
+            },
+            None => Duration::from_millis(100),
+        };
+        let mut p = libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, 100) as i32;
+        // SAFETY: polls one valid descriptor.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        if r > 0 && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            let mut b = [0u8; 1];
+            // SAFETY: peeks one byte into `b`.
+            let n = unsafe {
+                libc::recv(s.as_raw_fd(), b.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+            };
+            if n <= 0 {
+                break true;
+            }
+        }
+    };
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: restores the default disposition.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    ended
+}
+
+/// Ranks a stopped thread for borrowing: lower is better.
+fn rank(st: &ptrace::Stopped, tid: i32, pid: i32, libc_range: &[(u64, u64)]) -> u32 {
+    let Ok(r) = st.regs(tid) else { return 9 };
+    let in_libc = libc_range.iter().any(|&(a, b)| (a..b).contains(&r.rip));
+    // Memory-management calls may be made by malloc with a lock held.
+    let mm = matches!(r.orig_rax, 9..=12 | 25 | 28);
+    let in_syscall = r.orig_rax != u64::MAX;
+    let main = u32::from(tid != pid);
+    match (in_syscall && !mm, in_libc) {
+        (true, _) => main,
+        (false, false) => 2 + main,
+        (false, true) => 4 + main,
+    }
+}
+
+/// Executable ranges of glibc's C library and loader in `pid`.
+fn libc_ranges(pid: i32) -> Vec<(u64, u64)> {
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return vec![];
+    };
+    maps.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let p = Path::new(f.get(5)?);
+            let name = p.file_name()?.to_str()?;
+            if !(f.get(1)?.contains('x') && (is_libc(p) || name.starts_with("ld-linux"))) {
+                return None;
+            }
+            let (a, b) = f[0].split_once('-')?;
+            Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?))
+        })
+        .collect()
+}
+
+/// Loads the runtime into `pid` and hands it the configuration.
+fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<()> {
+    let objs = mapped_objects(pid);
+    let libc_obj = objs
+        .iter()
+        .find(|m| is_libc(&m.path))
+        .ok_or_else(|| Error::Invalid(format!("process {pid} has no glibc C library mapped (a static executable cannot load the runtime)")))?;
+    let (dlopen, legacy) = match symbol_address(libc_obj, "dlopen") {
+        Some(a) => (a, false),
+        None => (
+            symbol_address(libc_obj, "__libc_dlopen_mode").ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{}: neither dlopen nor __libc_dlopen_mode found",
+                    libc_obj.path.display()
+                ))
+            })?,
+            true,
+        ),
+    };
+    let dlerror = symbol_address(libc_obj, "dlerror");
+    let ranges = libc_ranges(pid);
+    let stop_start = Instant::now();
+    let mut st = ptrace::Stopped::all(pid).map_err(|e| Error::Invalid(e.to_string()))?;
+    let mut tids = st.tids();
+    tids.sort_by_key(|&tid| rank(&st, tid, pid, &ranges));
+    let tid = tids[0];
+    st.release_all_but(tid);
+    t.others_stopped = stop_start.elapsed();
+    let fail = |e: ptrace::PtraceError| Error::Invalid(e.to_string());
+    let mut path = preload.as_os_str().as_encoded_bytes().to_vec();
+    path.push(0);
+    // RTLD_NOW; the legacy internal entry also wants __RTLD_DLOPEN.
+    let mode = if legacy { 2 | 0x8000_0000 } else { 2 };
+    let handle = st
+        .call(tid, dlopen, &[ptrace::DATA, mode], &path, CALL_TIMEOUT)
+        .map_err(fail)?;
+    if handle == 0 {
+        let why = match dlerror {
+            Some(f) => match st.call(tid, f, &[], &[], CALL_TIMEOUT) {
+                Ok(0) | Err(_) => String::new(),
+                Ok(p) => read_cstr(&st, p),
+            },
+            None => String::new(),
+        };
+        return Err(Error::Invalid(format!(
+            "process {pid}: dlopen of {} failed: {}",
+            preload.display(),
+            if why.is_empty() { "no reason given" } else { &why }
+        )));
+    }
+    let ours = mapped_objects(pid)
+        .into_iter()
+        .find(|m| std::fs::canonicalize(&m.path).is_ok_and(|p| p == preload))
+        .ok_or_else(|| Error::Invalid(format!("process {pid}: {} is not mapped after dlopen", preload.display())))?;
+    let attach = symbol_address(&ours, "fntrace_attach").ok_or_else(|| {
+        Error::Invalid(format!("{}: no fntrace_attach (an older runtime?)", preload.display()))
+    })?;
+    let r = st
+        .call(tid, attach, &[ptrace::DATA, handover.len() as u64], handover, CALL_TIMEOUT)
+        .map_err(fail)? as u32 as i32;
+    st.release();
+    t.borrowed = stop_start.elapsed();
+    match r {
+        config::ATTACH_STARTED => Ok(()),
+        config::ATTACH_BUSY => Err(Error::Invalid(format!(
+            "process {pid} is already being recorded by another `fntrace record -p` (try again \
+             after it detaches)"
+        ))),
+        config::ATTACH_RECORDING => Err(Error::Invalid(format!(
+            "process {pid} already records (it was started under `fntrace record` or started \
+             recording itself); use `fntrace live {pid}` to change what it records"
+        ))),
+        config::ATTACH_NO_THREAD => Err(Error::Invalid(format!(
+            "process {pid}: the runtime could not start its thread"
+        ))),
+        other => Err(Error::Invalid(format!(
+            "process {pid}: the runtime refused to attach (code {other})"
+        ))),
+    }
+}
