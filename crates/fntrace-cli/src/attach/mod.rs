@@ -19,6 +19,7 @@
 //!    wait for its `ok detached`. If we are killed, the socket closes and
 //!    the runtime detaches by itself.
 
+pub mod fixup;
 pub mod ptrace;
 
 use std::io::{BufRead, BufReader, Write};
@@ -50,6 +51,8 @@ pub struct Timings {
     pub to_recording: Duration,
     /// From asking to stop to the runtime saying it detached.
     pub to_detached: Duration,
+    /// One-byte NOP runs rewritten while the threads were stopped.
+    pub fixed: fixup::Fixed,
 }
 
 /// Parses a duration: `5s`, `250ms`, `2m`, `1h`, or plain seconds.
@@ -473,8 +476,13 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
     };
     let dlerror = symbol_address(libc_obj, "dlerror");
     let ranges = libc_ranges(pid);
+    let plan = fixup::plan(
+        pid,
+        &objs.iter().map(|m| (m.path.clone(), m.start)).collect::<Vec<_>>(),
+    );
     let stop_start = Instant::now();
     let mut st = ptrace::Stopped::all(pid).map_err(|e| Error::Invalid(e.to_string()))?;
+    t.fixed = fixup::apply(&st, &plan);
     let mut tids = st.tids();
     tids.sort_by_key(|&tid| rank(&st, tid, pid, &ranges));
     let tid = tids[0];

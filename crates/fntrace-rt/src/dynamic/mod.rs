@@ -1,8 +1,10 @@
 //! Dynamic tracing: patchable entry sites switched on and off while the
 //! program runs.
 //!
-//! - [`sites`]: finding sites (`__patchable_function_entries`,
-//!   `__mcount_loc`) and classifying their NOP layout;
+//! - [`crate::patch::sites`]: classifying the NOP layout of sites
+//!   (`__patchable_function_entries`, `__mcount_loc`) — a leaf, shared with
+//!   `fntrace record -p`, which fixes up one-byte NOP runs while every
+//!   thread is stopped;
 //! - `calls::wrapper`: the per-function call wrappers switched-on sites
 //!   jump to (shared with the call protocol);
 //! - this module: the registry of loaded objects and their sites, the
@@ -24,7 +26,7 @@
 //! keeps the default (on when recording starts without `-F`, off with
 //! `-F`). Objects loaded later (`dlopen`) follow the same rules.
 
-pub mod sites;
+pub use crate::patch::sites;
 
 use std::path::PathBuf;
 use std::sync::Mutex;

@@ -12,6 +12,8 @@
 //!   steers threads that hit a half-written site;
 //! - [`stubs`]: `jmp [rip]` stubs within ±2 GiB of patched code, so that a
 //!   `call rel32` written into a site can reach a trampoline anywhere;
+//! - [`sites`]: classifying patchable entry sites (their NOP layouts, the
+//!   rewrites one-byte NOP runs and hook calls need);
 //! - [`got`]: redirecting calls to an imported function by rewriting GOT
 //!   slots (a runtime loaded into a running process taking over the
 //!   compiler hooks).
@@ -24,6 +26,7 @@
 
 pub mod got;
 pub mod int3;
+pub mod sites;
 pub mod stubs;
 pub mod sync;
 pub mod text;

@@ -18,11 +18,13 @@
 //!   2): the prefix holds `jmp wrapper`, written while the site is off, and
 //!   one 2-byte store at the entry switches it.
 //!
-//! A switched-on site jumps to its call wrapper ([`super::wrapper`]).
+//! A switched-on site jumps to its call wrapper (`calls::wrapper`).
 //!
 //! Runs of one-byte NOPs (what gcc emits) are neither: a thread may be
 //! stopped between two of them. They are rewritten into one of the two
-//! layouts ([`Fixup`]) only while no other thread can be inside them.
+//! layouts ([`Fixup`]) only while no other thread can be inside them (at
+//! start-up, in an object just loaded, or by `fntrace record -p` while
+//! every thread is stopped and none is inside the run).
 //!
 //! Compiler hook calls are rewritten the same way, so that a recorded
 //! `-pg` build goes through call wrappers instead of a hijacked return
@@ -154,7 +156,8 @@ pub fn classify(
     }
     let endbr = entry >= 4 && code(entry - 4, 4) == ENDBR64;
     let func = if endbr { entry - 4 } else { entry };
-    if b.len() >= 5 && b[..5] == NOP5 {
+    // `nopl disp8(%rax,%rax,1)`: gcc writes displacement 0, clang 8.
+    if b.len() >= 5 && b[..4] == NOP5[..4] {
         return Ok(Site {
             addr: entry,
             func,
