@@ -10,6 +10,29 @@ use crate::Result;
 use crate::analysis::{Call, Clock, ThreadSummary, Visitor, fmt_ns, walk_thread};
 use crate::tracefile::open;
 
+/// `ns` since the epoch as `YYYY-MM-DD HH:MM:SS.mmm`.
+fn utc(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        ns / 1_000_000 % 1000
+    )
+}
+
 /// Writes `fntrace info`.
 pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
     let h = trace.header();
@@ -36,6 +59,36 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
             Ending::Unfinished => "unfinished (the process died or is still running)",
         }
     )?;
+    if let Some((at, controller)) = meta.attach {
+        let since_start = clock.ns(at.saturating_sub(h.start_tsc));
+        writeln!(
+            out,
+            "# attached      at {} UTC by `fntrace record -p` (pid {controller}); calls already \
+             running then have no entry, their exits are not recorded",
+            utc(h.start_realtime_ns + since_start)
+        )?;
+        match meta.detach {
+            Some((end, why)) => writeln!(
+                out,
+                "# detached      at {} UTC ({}); window {}",
+                utc(h.start_realtime_ns + clock.ns(end.saturating_sub(h.start_tsc))),
+                match why {
+                    fntrace_format::DetachReason::Asked =>
+                        "duration elapsed or stopped by the user",
+                    fntrace_format::DetachReason::ControllerGone => {
+                        "the controller went away; the runtime detached by itself"
+                    }
+                    fntrace_format::DetachReason::ProcessExit => "the process exited",
+                    fntrace_format::DetachReason::Other(_) => "unknown reason",
+                },
+                fmt_ns(clock.ns(end.saturating_sub(at)))
+            )?,
+            None => writeln!(
+                out,
+                "# detached      no record of it: the process died (or exec'd) during the window"
+            )?,
+        }
+    }
     writeln!(
         out,
         "# tsc           {} Hz{}",

@@ -225,7 +225,9 @@ fn run() -> Result<ExitCode> {
             if let Some(pid) = a.pid {
                 let d = match &a.duration {
                     Some(d) => Some(attach::parse_duration(d).ok_or_else(|| {
-                        anyhow::anyhow!("bad --duration {d:?}: a positive duration like 5s, 250ms or 2m")
+                        anyhow::anyhow!(
+                            "bad --duration {d:?}: a positive duration like 5s, 250ms or 2m"
+                        )
                     })?),
                     None => None,
                 };

@@ -53,15 +53,23 @@ fn read_mem(mem: &std::fs::File, addr: u64, n: usize) -> Vec<u8> {
 /// The rewrites the object `path` (offset 0 mapped at `start` in the
 /// process whose memory is `mem`) needs, found before stopping anything.
 fn plan_object(mem: &std::fs::File, path: &Path, start: u64, out: &mut Vec<Rewrite>) {
-    let Ok(file) = std::fs::File::open(path) else { return };
+    let Ok(file) = std::fs::File::open(path) else {
+        return;
+    };
     // SAFETY: a read-only private mapping of a loaded object's file;
     // loaded objects are not rewritten in place.
-    let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else { return };
-    let Ok(obj) = object::File::parse(&*map) else { return };
+    let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
+        return;
+    };
+    let Ok(obj) = object::File::parse(&*map) else {
+        return;
+    };
     let Some(sec) = obj.section_by_name("__patchable_function_entries") else {
         return;
     };
-    let Some(first) = obj.segments().map(|s| s.address()).min() else { return };
+    let Some(first) = obj.segments().map(|s| s.address()).min() else {
+        return;
+    };
     let bias = start.wrapping_sub(first & !0xfff);
     // The entries as the loader relocated them, read from the process.
     let raw = read_mem(mem, sec.address().wrapping_add(bias), sec.size() as usize);
@@ -74,7 +82,10 @@ fn plan_object(mem: &std::fs::File, path: &Path, start: u64, out: &mut Vec<Rewri
     funcs.sort_unstable();
     funcs.dedup();
     let code = |a: u64, n: usize| read_mem(mem, a, n);
-    for e in raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))) {
+    for e in raw
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+    {
         if e == 0 {
             continue;
         }
@@ -83,8 +94,14 @@ fn plan_object(mem: &std::fs::File, path: &Path, start: u64, out: &mut Vec<Rewri
             continue;
         };
         match site.fixup {
-            Some(Fixup::Nop5) => out.push(Rewrite { at: site.addr, bytes: &NOP5 }),
-            Some(Fixup::Nop2) => out.push(Rewrite { at: site.addr, bytes: &PREFIX_OFF }),
+            Some(Fixup::Nop5) => out.push(Rewrite {
+                at: site.addr,
+                bytes: &NOP5,
+            }),
+            Some(Fixup::Nop2) => out.push(Rewrite {
+                at: site.addr,
+                bytes: &PREFIX_OFF,
+            }),
             _ => {}
         }
     }

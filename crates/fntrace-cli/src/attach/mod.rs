@@ -102,7 +102,10 @@ fn mapped_objects(pid: i32) -> Vec<Mapped> {
         if v.iter().any(|m| m.path == path) {
             continue;
         }
-        let Some(start) = f[0].split('-').next().and_then(|a| u64::from_str_radix(a, 16).ok())
+        let Some(start) = f[0]
+            .split('-')
+            .next()
+            .and_then(|a| u64::from_str_radix(a, 16).ok())
         else {
             continue;
         };
@@ -127,7 +130,9 @@ fn symbol_address(m: &Mapped, name: &str) -> Option<u64> {
 fn read_cstr(st: &ptrace::Stopped, addr: u64) -> String {
     let mut out = vec![];
     for k in 0..16u64 {
-        let Ok(b) = st.read_mem(addr + 64 * k, 64) else { break };
+        let Ok(b) = st.read_mem(addr + 64 * k, 64) else {
+            break;
+        };
         if let Some(n) = b.iter().position(|&c| c == 0) {
             out.extend_from_slice(&b[..n]);
             break;
@@ -171,8 +176,9 @@ fn check_target(pid: i32) -> Result<PathBuf> {
             uid.unwrap_or(0)
         )));
     }
-    std::fs::read_link(format!("/proc/{pid}/exe"))
-        .map_err(Error::io_at(format!("cannot attach to process {pid}: its executable")))
+    std::fs::read_link(format!("/proc/{pid}/exe")).map_err(Error::io_at(format!(
+        "cannot attach to process {pid}: its executable"
+    )))
 }
 
 /// What instrumentation the objects mapped in `pid` have.
@@ -222,7 +228,8 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
             config::ENV_PRELOAD
         ))
     })?;
-    let preload = std::fs::canonicalize(&preload).map_err(Error::io_at(preload.display().to_string()))?;
+    let preload =
+        std::fs::canonicalize(&preload).map_err(Error::io_at(preload.display().to_string()))?;
     let mut cfg = o.config()?;
     let output = std::path::absolute(output)?;
     if let Some(dir) = output.parent()
@@ -236,7 +243,12 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
     match std::fs::remove_file(&output) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io_at(format!("{}: cannot replace", output.display()))(e)),
+        Err(e) => {
+            return Err(Error::io_at(format!(
+                "{}: cannot replace",
+                output.display()
+            ))(e));
+        }
     }
     cfg.output = Some(output.clone());
     cfg.control = !o.no_control;
@@ -275,7 +287,11 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
         let why = line.strip_prefix("error: ").unwrap_or(&line);
         return Err(Error::Invalid(format!(
             "process {pid}: the runtime could not start recording: {}",
-            if why.is_empty() { "it closed the connection" } else { why }
+            if why.is_empty() {
+                "it closed the connection"
+            } else {
+                why
+            }
         )));
     };
     timings.to_recording = t0.elapsed();
@@ -344,7 +360,11 @@ fn accept_from(l: &UnixListener, pid: i32, timeout: Duration) -> Result<UnixStre
     loop {
         match l.accept() {
             Ok((s, _)) => {
-                let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+                let mut cred = libc::ucred {
+                    pid: 0,
+                    uid: 0,
+                    gid: 0,
+                };
                 let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
                 // SAFETY: SO_PEERCRED fills a ucred of the size passed.
                 let r = unsafe {
@@ -407,7 +427,12 @@ fn wait_for_end(s: &UnixStream, duration: Option<Duration>) -> bool {
             let mut b = [0u8; 1];
             // SAFETY: peeks one byte into `b`.
             let n = unsafe {
-                libc::recv(s.as_raw_fd(), b.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+                libc::recv(
+                    s.as_raw_fd(),
+                    b.as_mut_ptr().cast(),
+                    1,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
             };
             if n <= 0 {
                 break true;
@@ -450,7 +475,10 @@ fn libc_ranges(pid: i32) -> Vec<(u64, u64)> {
                 return None;
             }
             let (a, b) = f[0].split_once('-')?;
-            Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?))
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
         })
         .collect()
 }
@@ -478,7 +506,10 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
     let ranges = libc_ranges(pid);
     let plan = fixup::plan(
         pid,
-        &objs.iter().map(|m| (m.path.clone(), m.start)).collect::<Vec<_>>(),
+        &objs
+            .iter()
+            .map(|m| (m.path.clone(), m.start))
+            .collect::<Vec<_>>(),
     );
     let stop_start = Instant::now();
     let mut st = ptrace::Stopped::all(pid).map_err(|e| Error::Invalid(e.to_string()))?;
@@ -507,18 +538,36 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
         return Err(Error::Invalid(format!(
             "process {pid}: dlopen of {} failed: {}",
             preload.display(),
-            if why.is_empty() { "no reason given" } else { &why }
+            if why.is_empty() {
+                "no reason given"
+            } else {
+                &why
+            }
         )));
     }
     let ours = mapped_objects(pid)
         .into_iter()
         .find(|m| std::fs::canonicalize(&m.path).is_ok_and(|p| p == preload))
-        .ok_or_else(|| Error::Invalid(format!("process {pid}: {} is not mapped after dlopen", preload.display())))?;
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "process {pid}: {} is not mapped after dlopen",
+                preload.display()
+            ))
+        })?;
     let attach = symbol_address(&ours, "fntrace_attach").ok_or_else(|| {
-        Error::Invalid(format!("{}: no fntrace_attach (an older runtime?)", preload.display()))
+        Error::Invalid(format!(
+            "{}: no fntrace_attach (an older runtime?)",
+            preload.display()
+        ))
     })?;
     let r = st
-        .call(tid, attach, &[ptrace::DATA, handover.len() as u64], handover, CALL_TIMEOUT)
+        .call(
+            tid,
+            attach,
+            &[ptrace::DATA, handover.len() as u64],
+            handover,
+            CALL_TIMEOUT,
+        )
         .map_err(fail)? as u32 as i32;
     st.release();
     t.borrowed = stop_start.elapsed();

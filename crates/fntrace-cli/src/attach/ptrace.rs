@@ -75,8 +75,9 @@ fn refusal(pid: i32, e: &io::Error) -> PtraceError {
                     /proc/sys/kernel/yama/ptrace_scope to 0"
             .to_string(),
         Some(2) => "; Yama's ptrace_scope is 2: only root (CAP_SYS_PTRACE) may attach".into(),
-        Some(3) => "; Yama's ptrace_scope is 3: attaching is disabled on this system until reboot"
-            .into(),
+        Some(3) => {
+            "; Yama's ptrace_scope is 3: attaching is disabled on this system until reboot".into()
+        }
         _ => "; you may attach only to your own processes (or be root), and not to a process \
               that changed its credentials (setuid) or is not dumpable"
             .into(),
@@ -117,8 +118,11 @@ impl Stopped {
             pid,
             threads: vec![],
         };
+        // Seize and interrupt every thread first, then wait for them all:
+        // the threads stop in parallel, so the pause is the slowest
+        // thread's, not the sum.
         loop {
-            let mut new = 0;
+            let first_new = s.threads.len();
             for tid in tids(pid) {
                 if s.threads.iter().any(|t| t.tid == tid) {
                     continue;
@@ -135,16 +139,18 @@ impl Stopped {
                 // SAFETY: PTRACE_INTERRUPT takes no pointers.
                 unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) };
                 s.threads.push(Thread { tid, pending: 0 });
-                new += 1;
-                let k = s.threads.len() - 1;
+            }
+            if s.threads.len() == first_new {
+                break;
+            }
+            for k in first_new..s.threads.len() {
                 if let Err(e) = s.wait_stop(k) {
                     s.release();
                     return Err(e);
                 }
             }
-            if new == 0 {
-                break;
-            }
+            // A thread created before its creator stopped shows up in the
+            // next listing.
         }
         s.threads.retain(|t| t.tid != 0);
         if s.threads.is_empty() {
@@ -220,8 +226,14 @@ impl Stopped {
         };
         // SAFETY: the kernel writes at most `iov_len` bytes into `buf` and
         // stores the length it wrote in `iov_len`.
-        if unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, NT_X86_XSTATE, &mut iov as *mut _) }
-            != 0
+        if unsafe {
+            libc::ptrace(
+                libc::PTRACE_GETREGSET,
+                tid,
+                NT_X86_XSTATE,
+                &mut iov as *mut _,
+            )
+        } != 0
         {
             return Err(errno());
         }
@@ -235,8 +247,14 @@ impl Stopped {
             iov_len: x.len(),
         };
         // SAFETY: the kernel reads `iov_len` bytes from `x`.
-        if unsafe { libc::ptrace(libc::PTRACE_SETREGSET, tid, NT_X86_XSTATE, &mut iov as *mut _) }
-            != 0
+        if unsafe {
+            libc::ptrace(
+                libc::PTRACE_SETREGSET,
+                tid,
+                NT_X86_XSTATE,
+                &mut iov as *mut _,
+            )
+        } != 0
         {
             return Err(errno());
         }
@@ -312,7 +330,9 @@ impl Stopped {
         r.rip = func;
         r.rax = 0;
         r.orig_rax = u64::MAX;
-        let regs = [&mut r.rdi, &mut r.rsi, &mut r.rdx, &mut r.rcx, &mut r.r8, &mut r.r9];
+        let regs = [
+            &mut r.rdi, &mut r.rsi, &mut r.rdx, &mut r.rcx, &mut r.r8, &mut r.r9,
+        ];
         for (slot, &a) in regs.into_iter().zip(args) {
             *slot = if a == DATA { data_at } else { a };
         }

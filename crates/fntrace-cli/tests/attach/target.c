@@ -4,10 +4,13 @@
  *   "rate"  -> "rate ITERATIONS NANOSECONDS" since the previous "rate"
  *   "spawn" -> starts a short-lived fifth thread (calls during a window)
  *   "quit"  -> stops the workers, prints "ok iterations=N errors=E", exits
- *              with status 0 if no result was wrong, 3 otherwise. */
+ *              with status 0 if no result was wrong, 3 otherwise.
+ * With an argument N, each worker sleeps 1 ms every N iterations (a paced
+ * load that keeps traces small); without, it runs flat out. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +18,7 @@
 static atomic_int stop;
 static atomic_ulong iterations;
 static atomic_ulong errors;
+static long pace;
 
 __attribute__((noinline)) long leaf_add(long a, long b) { return a + b; }
 __attribute__((noinline)) long leaf_mul(long a, long b) { return a * b; }
@@ -30,6 +34,7 @@ static void *worker(void *arg) {
         if (outer(i) != want) atomic_fetch_add(&errors, 1);
         n++;
         if ((n & 255) == 0) atomic_fetch_add(&iterations, 256);
+        if (pace && n % pace == 0) usleep(1000);
     }
     return 0;
 }
@@ -47,8 +52,9 @@ static unsigned long long now_ns(void) {
     return (unsigned long long)t.tv_sec * 1000000000ull + t.tv_nsec;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     pthread_t th[4];
+    if (argc > 1) pace = atol(argv[1]);
     for (long k = 0; k < 4; k++) pthread_create(&th[k], 0, worker, (void *)(k * 7));
     setvbuf(stdout, 0, _IOLBF, 0);
     printf("ready %d\n", (int)getpid());

@@ -3,8 +3,9 @@
 //! the first undecodable record as a [`DecodeError`].
 
 use super::{
-    DetachReason, ModuleInfo, ProcessInfo, TAG_ATTACH, TAG_DETACH, Record, SiteInfo, TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE,
-    TAG_PROCESS, TAG_RETVAL, TAG_SITE, TAG_THREAD_EXIT, TAG_THREAD_START,
+    DetachReason, ModuleInfo, ProcessInfo, Record, SiteInfo, TAG_ARC, TAG_ARGS, TAG_ATTACH,
+    TAG_DETACH, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SITE,
+    TAG_THREAD_EXIT, TAG_THREAD_START,
 };
 use crate::varint::{get_uvarint, unzigzag};
 

@@ -50,6 +50,10 @@ struct Object {
     on: Vec<bool>,
     /// Prefix bytes written, by index.
     prefixed: Vec<bool>,
+    /// The off state of a [`Layout::Nop5`] site, by index: its 5-byte NOP
+    /// as the compiler wrote it (clang's has displacement 8) or as a fix-up
+    /// made it, written back when the site is switched off.
+    nop: Vec<[u8; 5]>,
     /// The moved prologue of a [`Layout::Moved`] site (0 for others), by
     /// index: where its off state jumps, and the body its wrapper calls.
     moved: Vec<u64>,
@@ -350,6 +354,13 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             continue;
         }
         let n = found.len();
+        let nop = found
+            .iter()
+            .map(|s| match s.layout {
+                Layout::Nop5 { .. } => read_code(s.addr, 5).try_into().unwrap_or(int3::NOP5),
+                _ => int3::NOP5,
+            })
+            .collect();
         reg.objects.push(Object {
             path,
             start,
@@ -357,6 +368,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             sites: found,
             on: vec![false; n],
             prefixed: vec![false; n],
+            nop,
             moved,
             wrappers: 0,
             names,
@@ -589,7 +601,7 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
                 let new = if want[k] {
                     sites::jmp5(s.addr, wrapper_of(k))
                 } else {
-                    int3::NOP5
+                    o.nop[k]
                 };
                 pokes.push((s.addr, new));
             }

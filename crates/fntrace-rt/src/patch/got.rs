@@ -112,7 +112,10 @@ pub fn store(slot: u64, value: u64) -> Option<u64> {
     // SAFETY: the slot is an aligned, mapped and now writable 8-byte
     // pointer; the atomic swap makes every thread see the old or the new
     // pointer, never a mix.
-    let old = unsafe { (*(slot as *const core::sync::atomic::AtomicU64)).swap(value, core::sync::atomic::Ordering::AcqRel) };
+    let old = unsafe {
+        (*(slot as *const core::sync::atomic::AtomicU64))
+            .swap(value, core::sync::atomic::Ordering::AcqRel)
+    };
     if !writable {
         // SAFETY: puts back the protection read above.
         unsafe { libc::mprotect(page as *mut _, 4096, prot) };

@@ -179,7 +179,7 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
 
 /// Changes 5-byte sites, all in pages of `w`, to new contents while other
 /// threads may run them. Every address must have been [`register`]ed (and
-/// for each site either the old or the new bytes must be [`NOP5`]) or
+/// for each site either the old or the new bytes must be a 5-byte NOP such as [`NOP5`]) or
 /// [`register_resume`]d (both states jumps, one of them to its resume
 /// address). The caller holds [`super::LOCK`].
 pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {

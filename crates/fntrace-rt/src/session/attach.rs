@@ -255,7 +255,10 @@ fn take_over_hooks() -> usize {
     let hijacks = done
         .iter()
         .any(|r| !r.symbol.starts_with("__cyg_profile_func_"));
-    HOOK_SLOTS.lock().unwrap_or_else(|e| e.into_inner()).extend(done);
+    HOOK_SLOTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(done);
     if hijacks {
         let unwinders = resolve(&[
             "_Unwind_RaiseException",
@@ -275,7 +278,10 @@ fn take_over_hooks() -> usize {
                     .is_some_and(|f| f.starts_with("libgcc_s"))
         };
         let u = got::redirect(&unwinders, &skip);
-        UNWIND_SLOTS.lock().unwrap_or_else(|e| e.into_inner()).extend(u);
+        UNWIND_SLOTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(u);
     }
     n
 }
