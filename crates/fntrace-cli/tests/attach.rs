@@ -648,8 +648,9 @@ fn refusals_say_why_in_one_line() {
 #[test]
 fn attaching_to_another_users_process_is_refused() {
     // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
     assert_eq!(
-        unsafe { libc::geteuid() },
+        euid,
         0,
         "this test needs root: it runs fntrace as user nobody against a process of root"
     );
