@@ -91,7 +91,7 @@ fn blob() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn unknown_tag() -> impl Strategy<Value = u8> {
-    prop_oneof![Just(0x07u8), 0x0cu8..=0x0f]
+    prop_oneof![Just(0x07u8), 0x0eu8..=0x0f]
 }
 
 fn thread_ev() -> impl Strategy<Value = Ev> {
