@@ -60,7 +60,10 @@ impl Instrumentation {
 /// Reads the instrumentation of the ELF file at `path`; `None` if it is
 /// not an ELF file (a script, say).
 pub fn inspect(path: &Path) -> Option<Instrumentation> {
-    let data = std::fs::read(path).ok()?;
+    let file = std::fs::File::open(path).ok()?;
+    // SAFETY: a read-only private mapping of an executable or library,
+    // which is not rewritten in place while it is inspected.
+    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
     let obj = object::File::parse(&*data).ok()?;
     let mut ins = Instrumentation::default();
     for s in obj.symbols().chain(obj.dynamic_symbols()) {

@@ -114,16 +114,24 @@ fn mapped_objects(pid: i32) -> Vec<Mapped> {
     v
 }
 
+/// The offset of the dynamic symbol `name` of the ELF file `path` from
+/// where the file's offset 0 is mapped.
+fn symbol_offset(path: &Path, name: &str) -> Option<u64> {
+    let file = std::fs::File::open(path).ok()?;
+    // SAFETY: a read-only private mapping of a library file that is not
+    // rewritten in place.
+    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let obj = object::File::parse(&*data).ok()?;
+    let first = obj.segments().map(|s| s.address()).min()? & !0xfff;
+    obj.dynamic_symbols()
+        .find(|s| s.name() == Ok(name) && s.is_definition())
+        .map(|s| s.address().wrapping_sub(first))
+}
+
 /// The run-time address of the dynamic symbol `name` of the object `m`
 /// (mapped in the target).
 fn symbol_address(m: &Mapped, name: &str) -> Option<u64> {
-    let data = std::fs::read(&m.path).ok()?;
-    let obj = object::File::parse(&*data).ok()?;
-    let first = obj.segments().map(|s| s.address()).min()? & !0xfff;
-    let bias = m.start.wrapping_sub(first);
-    obj.dynamic_symbols()
-        .find(|s| s.name() == Ok(name) && s.is_definition())
-        .map(|s| s.address().wrapping_add(bias))
+    symbol_offset(&m.path, name).map(|o| m.start.wrapping_add(o))
 }
 
 /// The C string at `addr` in the stopped process (at most 1 KiB).
@@ -273,11 +281,15 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
     let handover = config::encode_handover(pairs.iter().map(|(n, v)| (*n, v.as_os_str())));
 
     let mut timings = Timings::default();
+    let dbg = std::env::var_os("FNTRACE_ATTACH_TIMES").is_some();
+    if dbg { eprintln!("T checks {:?}", t0.elapsed()); }
     inject(pid, &preload, &handover, &mut timings)?;
+    if dbg { eprintln!("T injected {:?}", t0.elapsed()); }
 
     // The runtime connects back.
     listener.set_nonblocking(true)?;
     let stream = accept_from(&listener, pid, Duration::from_secs(15))?;
+    if dbg { eprintln!("T accepted {:?}", t0.elapsed()); }
     stream.set_nonblocking(false)?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut line = String::new();
@@ -504,6 +516,11 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
     };
     let dlerror = symbol_address(libc_obj, "dlerror");
     let ranges = libc_ranges(pid);
+    // Found before anything is stopped: the borrowed thread only waits
+    // for the calls themselves.
+    let attach_offset = symbol_offset(preload, "fntrace_attach").ok_or_else(|| {
+        Error::Invalid(format!("{}: no fntrace_attach (an older runtime?)", preload.display()))
+    })?;
     let plan = fixup::plan(
         pid,
         &objs
@@ -512,8 +529,11 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
             .collect::<Vec<_>>(),
     );
     let stop_start = Instant::now();
+    let dbg = std::env::var_os("FNTRACE_ATTACH_TIMES").is_some();
     let mut st = ptrace::Stopped::all(pid).map_err(|e| Error::Invalid(e.to_string()))?;
+    if dbg { eprintln!("T stopped {:?}", stop_start.elapsed()); }
     t.fixed = fixup::apply(&st, &plan);
+    if dbg { eprintln!("T fixed {:?} {:?}", stop_start.elapsed(), t.fixed); }
     let mut tids = st.tids();
     tids.sort_by_key(|&tid| rank(&st, tid, pid, &ranges));
     let tid = tids[0];
@@ -545,6 +565,7 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
             }
         )));
     }
+    if dbg { eprintln!("T dlopen {:?}", stop_start.elapsed()); }
     let ours = mapped_objects(pid)
         .into_iter()
         .find(|m| std::fs::canonicalize(&m.path).is_ok_and(|p| p == preload))
@@ -554,12 +575,7 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
                 preload.display()
             ))
         })?;
-    let attach = symbol_address(&ours, "fntrace_attach").ok_or_else(|| {
-        Error::Invalid(format!(
-            "{}: no fntrace_attach (an older runtime?)",
-            preload.display()
-        ))
-    })?;
+    let attach = ours.start + attach_offset;
     let r = st
         .call(
             tid,
