@@ -92,7 +92,10 @@ fn first_event_ns(p: &Path) -> Option<u64> {
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
 }
 
 fn field(s: &str, after: &str) -> f64 {
@@ -178,7 +181,10 @@ fn main() {
             .filter(|x| x.is_finite())
             .collect();
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        (v.get(v.len() / 2).copied().unwrap_or(f64::NAN), v.last().copied().unwrap_or(f64::NAN))
+        (
+            v.get(v.len() / 2).copied().unwrap_or(f64::NAN),
+            v.last().copied().unwrap_or(f64::NAN),
+        )
     };
     println!(
         "attach to a process with {FUNCS} patchable functions (gcc one-byte NOP runs) and \
@@ -189,7 +195,9 @@ fn main() {
     let (d, dm) = med(2);
     println!("  Ctrl-C -> runtime detached           {d:8.1} ms ({dm:.1})   target < 50 ms");
     let (x, xm) = med(5);
-    println!("  Ctrl-C -> record -p exits            {x:8.1} ms ({xm:.1})   (includes the summary)");
+    println!(
+        "  Ctrl-C -> record -p exits            {x:8.1} ms ({xm:.1})   (includes the summary)"
+    );
     let (p, pm) = med(3);
     println!("  pause of the stopped threads         {p:8.2} ms ({pm:.2})   target < 5 ms");
     let (b, bm) = med(4);

@@ -87,6 +87,7 @@ impl Target {
             .arg("64")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
         let input = child.stdin.take().unwrap();
@@ -125,12 +126,17 @@ impl Target {
         f[0] / (f[1] / 1e9)
     }
 
-    /// Stops it; asserts its self-check and exit status.
+    /// Stops it; asserts its self-check, its exit status, and that it
+    /// wrote nothing on standard error (fntrace's messages go to the
+    /// controller, not into the program's output).
     fn quit(mut self) {
         let l = self.ask("quit");
         let st = self.child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut self.child.stderr.take().unwrap(), &mut err).unwrap();
         assert!(l.starts_with("ok ") && l.ends_with("errors=0"), "{l}");
         assert_eq!(st.code(), Some(0), "{l}");
+        assert_eq!(err, "", "the program's standard error changed");
     }
 
     fn threads(&self) -> usize {
@@ -558,6 +564,18 @@ fn a_second_controller_is_refused_and_a_killed_controller_detaches_by_itself() {
     assert!(!o.status.success());
     assert!(e2.contains("already being recorded"), "{e2}");
     assert_eq!(e2.trim().lines().count(), 1, "{e2}");
+    // `fntrace live` reaches the attached process.
+    let live = Command::new(common::fntrace_bin())
+        .args(["live", &t.pid.to_string(), "status"])
+        .output()
+        .unwrap();
+    let ls = String::from_utf8_lossy(&live.stdout);
+    assert!(
+        live.status.success(),
+        "{ls}{}",
+        String::from_utf8_lossy(&live.stderr)
+    );
+    assert!(ls.contains("recording true"), "{ls}");
     // SIGKILL the first: the runtime notices and detaches by itself.
     a.kill().unwrap();
     a.wait().unwrap();
@@ -650,8 +668,7 @@ fn attaching_to_another_users_process_is_refused() {
     // SAFETY: geteuid cannot fail.
     let euid = unsafe { libc::geteuid() };
     assert_eq!(
-        euid,
-        0,
+        euid, 0,
         "this test needs root: it runs fntrace as user nobody against a process of root"
     );
     let d = tempfile::tempdir().unwrap();

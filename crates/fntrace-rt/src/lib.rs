@@ -21,7 +21,7 @@
 //!  ──────────────────────────────────────────────────────────────────────
 //!  sink         recorder: thread state + TLS, chunks, the trace file
 //!  ──────────────────────────────────────────────────────────────────────
-//!  leaves       clock  procinfo  patch  ranges  features  config
+//!  leaves       clock  procinfo  patch  ranges  features  config  diag
 //! ```
 //!
 //! The one upward call, the sink starting a session lazily at a thread's
@@ -36,6 +36,7 @@
 // Leaves.
 pub mod clock;
 pub mod config;
+pub mod diag;
 pub mod features;
 pub mod patch;
 pub mod procinfo;

@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 /// layer may import each other (without cycles).
 const LAYERS: &[(&[&str], bool)] = &[
     (
-        &["clock", "config", "features", "patch", "procinfo", "ranges"],
+        &[
+            "clock", "config", "diag", "features", "patch", "procinfo", "ranges",
+        ],
         true,
     ),
     (&["recorder"], false),

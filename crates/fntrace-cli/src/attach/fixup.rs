@@ -87,7 +87,10 @@ fn plan_object(mem: &std::fs::File, path: &Path, start: u64) -> Option<Span> {
     }
     let code = |a: u64, n: usize| {
         let o = a.wrapping_sub(lo) as usize;
-        code_buf.get(o..o + n).map(<[u8]>::to_vec).unwrap_or_default()
+        code_buf
+            .get(o..o + n)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default()
     };
     let mut funcs: Vec<u64> = obj
         .symbols()

@@ -281,20 +281,14 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
     let handover = config::encode_handover(pairs.iter().map(|(n, v)| (*n, v.as_os_str())));
 
     let mut timings = Timings::default();
-    let dbg = std::env::var_os("FNTRACE_ATTACH_TIMES").is_some();
-    if dbg { eprintln!("T checks {:?}", t0.elapsed()); }
     inject(pid, &preload, &handover, &mut timings)?;
-    if dbg { eprintln!("T injected {:?}", t0.elapsed()); }
 
     // The runtime connects back.
     listener.set_nonblocking(true)?;
     let stream = accept_from(&listener, pid, Duration::from_secs(15))?;
-    if dbg { eprintln!("T accepted {:?}", t0.elapsed()); }
     stream.set_nonblocking(false)?;
     let mut reader = BufReader::new(stream.try_clone()?);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let line = line.trim().to_string();
+    let line = answer(&mut reader)?;
     let Some(started) = line.strip_prefix("ok recording ") else {
         let why = line.strip_prefix("error: ").unwrap_or(&line);
         return Err(Error::Invalid(format!(
@@ -341,10 +335,9 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
     } else {
         let _ = writeln!(w, "stop");
         let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-        let mut l = String::new();
-        let _ = reader.read_line(&mut l);
+        let l = answer(&mut reader).unwrap_or_default();
         timings.to_detached = t_stop.elapsed();
-        Some(l.trim().to_string())
+        Some(l)
     };
     match &detached {
         Some(l) if l.starts_with("ok detached") => eprintln!(
@@ -364,6 +357,21 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
     }
     crate::record::print_summary(&output);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The runtime's next answer line; its messages (`msg ...`, what it would
+/// have printed on the program's standard error) are printed on ours.
+fn answer(r: &mut impl BufRead) -> std::io::Result<String> {
+    loop {
+        let mut l = String::new();
+        if r.read_line(&mut l)? == 0 {
+            return Ok(String::new());
+        }
+        match l.trim_end().strip_prefix("msg ") {
+            Some(m) => eprintln!("{m}"),
+            None => return Ok(l.trim().to_string()),
+        }
+    }
 }
 
 /// Accepts the runtime's connection, checking that it comes from `pid`.
@@ -519,7 +527,10 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
     // Found before anything is stopped: the borrowed thread only waits
     // for the calls themselves.
     let attach_offset = symbol_offset(preload, "fntrace_attach").ok_or_else(|| {
-        Error::Invalid(format!("{}: no fntrace_attach (an older runtime?)", preload.display()))
+        Error::Invalid(format!(
+            "{}: no fntrace_attach (an older runtime?)",
+            preload.display()
+        ))
     })?;
     let plan = fixup::plan(
         pid,
@@ -529,11 +540,8 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
             .collect::<Vec<_>>(),
     );
     let stop_start = Instant::now();
-    let dbg = std::env::var_os("FNTRACE_ATTACH_TIMES").is_some();
     let mut st = ptrace::Stopped::all(pid).map_err(|e| Error::Invalid(e.to_string()))?;
-    if dbg { eprintln!("T stopped {:?}", stop_start.elapsed()); }
     t.fixed = fixup::apply(&st, &plan);
-    if dbg { eprintln!("T fixed {:?} {:?}", stop_start.elapsed(), t.fixed); }
     let mut tids = st.tids();
     tids.sort_by_key(|&tid| rank(&st, tid, pid, &ranges));
     let tid = tids[0];
@@ -565,7 +573,6 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
             }
         )));
     }
-    if dbg { eprintln!("T dlopen {:?}", stop_start.elapsed()); }
     let ours = mapped_objects(pid)
         .into_iter()
         .find(|m| std::fs::canonicalize(&m.path).is_ok_and(|p| p == preload))

@@ -88,7 +88,7 @@ unsafe fn c_switch(pattern: *const libc::c_char, on: bool) -> libc::c_long {
     match r.unwrap_or(Ok(0)) {
         Ok(n) => n as libc::c_long,
         Err(e) => {
-            eprintln!("fntrace: {e}");
+            crate::diag::diag!("fntrace: {e}");
             -2
         }
     }

@@ -310,7 +310,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             found.extend(extra);
         }
         if !skipped.is_empty() {
-            eprintln!(
+            crate::diag::diag!(
                 "fntrace: {}: {} patchable sites not used ({})",
                 path.display(),
                 skipped.len(),
@@ -325,7 +325,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
         let moved = match fix_up(&found, &path, start, size) {
             Ok(m) => m,
             Err(e) => {
-                eprintln!("fntrace: {e}");
+                crate::diag::diag!("fntrace: {e}");
                 reg.none.push((start, path));
                 continue;
             }
@@ -343,7 +343,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
         if !int3::register(found.iter().filter(|s| nop5(s)).map(|s| s.addr).collect())
             || !int3::register_resume(resume)
         {
-            eprintln!(
+            crate::diag::diag!(
                 "fntrace: {}: {} patchable sites not used (too many objects with 5-byte \
                  sites for the breakpoint handler's table)",
                 path.display(),
@@ -522,7 +522,7 @@ fn apply(reg: &mut Registry, i: usize) -> Changed {
     match switch(o, &want) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("fntrace: {e}");
+            crate::diag::diag!("fntrace: {e}");
             Changed::default()
         }
     }

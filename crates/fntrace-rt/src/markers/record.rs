@@ -134,6 +134,6 @@ pub(crate) fn start_recording(patterns: &[String]) {
     match record_markers(&pats) {
         Ok(Some(h)) => *FROM_START.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
         Ok(None) => {}
-        Err(e) => eprintln!("fntrace: {e}"),
+        Err(e) => crate::diag::diag!("fntrace: {e}"),
     }
 }

@@ -127,15 +127,27 @@ fn run(handover: &[u8]) {
         ATTACHED.store(false, Ordering::Release);
         return;
     };
-    match start(&vars, controller) {
+    // The program's standard error is not ours to write on: messages go
+    // to the controller.
+    crate::diag::capture();
+    let started = start(&vars, controller);
+    let send_held = |out: &mut UnixStream| {
+        for m in crate::diag::take() {
+            let _ = writeln!(out, "msg {m}");
+        }
+    };
+    send_held(&mut out);
+    match started {
         Ok(msg) => {
             if writeln!(out, "ok recording {msg}").is_err() {
                 detach(DetachReason::ControllerGone);
+                crate::diag::release();
                 return;
             }
         }
         Err(msg) => {
             let _ = writeln!(out, "error: {msg}");
+            crate::diag::release();
             ATTACHED.store(false, Ordering::Release);
             return;
         }
@@ -149,6 +161,7 @@ fn run(handover: &[u8]) {
                 break;
             }
             "status" => {
+                send_held(&mut out);
                 let (total, on, _) = crate::dynamic::site_counts();
                 let _ = writeln!(
                     out,
@@ -162,6 +175,9 @@ fn run(handover: &[u8]) {
         }
     }
     let summary = detach(reason);
+    for m in crate::diag::release() {
+        let _ = writeln!(out, "msg {m}");
+    }
     let _ = writeln!(out, "ok detached {summary}");
 }
 

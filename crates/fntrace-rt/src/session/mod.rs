@@ -103,13 +103,13 @@ fn apply_policy(cfg: &Config) {
         let f: Vec<&str> = cfg.filter.iter().map(String::as_str).collect();
         let n: Vec<&str> = cfg.notrace.iter().map(String::as_str).collect();
         if let Err(e) = filter::set_filters(&f, &n) {
-            eprintln!("fntrace: {e}");
+            crate::diag::diag!("fntrace: {e}");
         }
     }
     if !cfg.capture.is_empty()
         && let Err(e) = args::set_specs(&cfg.capture)
     {
-        eprintln!("fntrace: {e}");
+        crate::diag::diag!("fntrace: {e}");
     }
     if cfg.count {
         count::set_count_mode(true);
@@ -136,12 +136,12 @@ fn start_dynamic(cfg: &Config) {
                 let _ = filter::set_filters(&[], &[]);
             }
         }
-        Err(e) => eprintln!("fntrace: {e}"),
+        Err(e) => crate::diag::diag!("fntrace: {e}"),
     }
     if cfg.control
         && let Err(e) = crate::control::socket::start()
     {
-        eprintln!("fntrace: control socket: {e}");
+        crate::diag::diag!("fntrace: control socket: {e}");
     }
 }
 
@@ -197,7 +197,7 @@ extern "C" fn after_fork_child() {
     o.path = name.into();
     o.exclusive = true;
     if let Some(Err(e)) = recorder::start_after_fork(&o) {
-        eprintln!("fntrace: child {}: cannot record: {e}", std::process::id());
+        crate::diag::diag!("fntrace: child {}: cannot record: {e}", std::process::id());
     }
     #[cfg(feature = "compiler-hooks")]
     if crate::control::socket::forget() {
@@ -249,7 +249,7 @@ fn init_from_env_once() {
         Ok(c) => c,
         Err(e) => {
             for bad in &e.invalid {
-                eprintln!("fntrace: {bad}");
+                crate::diag::diag!("fntrace: {bad}");
             }
             *e.usable
         }
@@ -265,7 +265,7 @@ fn init_from_env_once() {
     }
     let _prof = prof::ProfTimerGuard::new();
     if let Err(e) = start_config(&cfg) {
-        eprintln!("fntrace: cannot record: {e}");
+        crate::diag::diag!("fntrace: cannot record: {e}");
         recorder::no_session();
     }
 }

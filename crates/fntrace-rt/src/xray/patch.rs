@@ -366,7 +366,7 @@ pub fn patch_where(on: bool, pick: &dyn Fn(&Sled) -> bool) -> Result<usize, i32>
         match patch_object(i, o, on, pick) {
             Ok(k) => n += k,
             Err(e) => {
-                eprintln!("fntrace: {e}");
+                crate::diag::diag!("fntrace: {e}");
                 return Err(status::FAILED);
             }
         }
@@ -392,7 +392,7 @@ pub fn patch_function(id: i32, on: bool) -> i32 {
     match patch_object(obj, o, on, &|s| s.func == func) {
         Ok(_) => status::SUCCESS,
         Err(e) => {
-            eprintln!("fntrace: {e}");
+            crate::diag::diag!("fntrace: {e}");
             status::FAILED
         }
     }

@@ -1,0 +1,53 @@
+//! Where the runtime's messages go (a pattern a mechanism rejects, sites
+//! that cannot be used, a control socket that cannot be made): standard
+//! error, or — while the runtime is attached to a process that was already
+//! running — a buffer the attach thread sends to its controller, so that
+//! the program's own standard error stays what it was. A leaf.
+
+use std::sync::Mutex;
+
+/// Messages held while capturing (`None`: not capturing).
+static HELD: Mutex<Option<Vec<String>>> = Mutex::new(None);
+
+/// Emits one message line (already prefixed `fntrace: ` by the caller).
+pub fn message(args: std::fmt::Arguments<'_>) {
+    let line = args.to_string();
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    match held.as_mut() {
+        // Bounded: a flood of messages keeps the first ones.
+        Some(v) if v.len() < 1000 => v.push(line),
+        Some(_) => {}
+        None => {
+            drop(held);
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// Starts holding messages instead of writing them.
+pub fn capture() {
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    held.get_or_insert_with(Vec::new);
+}
+
+/// The messages held so far (holding continues).
+pub fn take() -> Vec<String> {
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    held.as_mut().map(std::mem::take).unwrap_or_default()
+}
+
+/// Stops holding messages; returns those still held.
+pub fn release() -> Vec<String> {
+    HELD.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .unwrap_or_default()
+}
+
+/// `eprintln!` for the runtime's messages (see the module doc).
+macro_rules! diag {
+    ($($t:tt)*) => {
+        $crate::diag::message(format_args!($($t)*))
+    };
+}
+pub(crate) use diag;
