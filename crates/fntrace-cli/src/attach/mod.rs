@@ -281,6 +281,13 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
     let handover = config::encode_handover(pairs.iter().map(|(n, v)| (*n, v.as_os_str())));
 
     let mut timings = Timings::default();
+    // Ctrl-C (and SIGTERM, SIGHUP) from here on only asks to stop: the
+    // injection in progress finishes first (a controller that died while
+    // the borrowed thread ran our call would leave it returning to
+    // address 0), then the window closes at once. SIGKILL cannot be
+    // caught: killing `record -p` during the injection (a few tens of ms)
+    // can kill the target; after it, the runtime detaches by itself.
+    catch_stop_signals();
     inject(pid, &preload, &handover, &mut timings)?;
 
     // The runtime connects back.
@@ -415,14 +422,18 @@ fn accept_from(l: &UnixListener, pid: i32, timeout: Duration) -> Result<UnixStre
     }
 }
 
-/// Waits for `duration`, a stop signal, or the connection to close (the
-/// process ended). Returns whether the process ended.
-fn wait_for_end(s: &UnixStream, duration: Option<Duration>) -> bool {
+/// Makes SIGINT, SIGTERM and SIGHUP set [`STOP`] instead of ending us.
+fn catch_stop_signals() {
     STOP.store(0, Ordering::Relaxed);
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: installs a handler that only stores to an atomic.
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
+}
+
+/// Waits for `duration`, a stop signal, or the connection to close (the
+/// process ended). Returns whether the process ended.
+fn wait_for_end(s: &UnixStream, duration: Option<Duration>) -> bool {
     let start = Instant::now();
     let ended = loop {
         if STOP.load(Ordering::Relaxed) != 0 {
