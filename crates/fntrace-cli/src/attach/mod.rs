@@ -83,7 +83,11 @@ fn status_field(pid: i32, name: &str) -> Option<String> {
 
 /// A file mapped into the process: its path and where its offset 0 is.
 struct Mapped {
+    /// The path as the process sees it.
     path: PathBuf,
+    /// The same file as we can open it (through `/proc/PID/root`, so that
+    /// a process in another mount namespace is read right).
+    file: PathBuf,
     start: u64,
 }
 
@@ -109,7 +113,8 @@ fn mapped_objects(pid: i32) -> Vec<Mapped> {
         else {
             continue;
         };
-        v.push(Mapped { path, start });
+        let file = PathBuf::from(format!("/proc/{pid}/root{}", path.display()));
+        v.push(Mapped { path, file, start });
     }
     v
 }
@@ -131,7 +136,7 @@ fn symbol_offset(path: &Path, name: &str) -> Option<u64> {
 /// The run-time address of the dynamic symbol `name` of the object `m`
 /// (mapped in the target).
 fn symbol_address(m: &Mapped, name: &str) -> Option<u64> {
-    symbol_offset(&m.path, name).map(|o| m.start.wrapping_add(o))
+    symbol_offset(&m.file, name).map(|o| m.start.wrapping_add(o))
 }
 
 /// The C string at `addr` in the stopped process (at most 1 KiB).
@@ -193,7 +198,7 @@ fn check_target(pid: i32) -> Result<PathBuf> {
 fn instrumentation(pid: i32) -> probe::Instrumentation {
     let mut all = probe::Instrumentation::default();
     for m in mapped_objects(pid) {
-        if let Some(i) = probe::inspect(&m.path) {
+        if let Some(i) = probe::inspect(&m.file) {
             all.runtime |= i.runtime;
             all.hooks_runtime |= i.hooks_runtime;
             all.mcount |= i.mcount;
@@ -238,6 +243,19 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
     })?;
     let preload =
         std::fs::canonicalize(&preload).map_err(Error::io_at(preload.display().to_string()))?;
+    {
+        use std::os::unix::fs::MetadataExt;
+        let ours =
+            std::fs::metadata(&preload).map_err(Error::io_at(preload.display().to_string()))?;
+        let theirs = std::fs::metadata(format!("/proc/{pid}/root{}", preload.display()));
+        if !theirs.is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino()) {
+            return Err(Error::Invalid(format!(
+                "process {pid} does not see {} at the same path (it runs in another mount \
+                 namespace, such as a container): attaching needs the runtime library there",
+                preload.display()
+            )));
+        }
+    }
     let mut cfg = o.config()?;
     let output = std::path::absolute(output)?;
     if let Some(dir) = output.parent()
@@ -547,7 +565,7 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
         pid,
         &objs
             .iter()
-            .map(|m| (m.path.clone(), m.start))
+            .map(|m| (m.file.clone(), m.start))
             .collect::<Vec<_>>(),
     );
     let stop_start = Instant::now();

@@ -259,14 +259,16 @@ fn take_over_hooks() -> usize {
             .filter_map(|&n| Some((n, own_symbol(&own, n)?)))
             .collect()
     };
+    // `__cyg_profile_func_exit` before `_enter`: an entry recorded must
+    // never miss its exit (an exit without a recorded entry is dropped).
+    let mut done = got::redirect(&resolve(&["__cyg_profile_func_exit"]), &is_own);
     let hooks = resolve(&[
         "mcount",
         "_mcount",
         "__fentry__",
         "__cyg_profile_func_enter",
-        "__cyg_profile_func_exit",
     ]);
-    let done = got::redirect(&hooks, &is_own);
+    done.extend(got::redirect(&hooks, &is_own));
     let n = done.len();
     let hijacks = done
         .iter()
@@ -305,7 +307,9 @@ fn take_over_hooks() -> usize {
 /// Switches everything back off and finishes the session; returns a
 /// summary (`threads=... lost=... bytes=...`).
 fn detach(reason: DetachReason) -> String {
-    let slots = std::mem::take(&mut *HOOK_SLOTS.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut slots = std::mem::take(&mut *HOOK_SLOTS.lock().unwrap_or_else(|e| e.into_inner()));
+    // Entries stop being recorded before exits do (see take_over_hooks).
+    slots.sort_by_key(|r| r.symbol == "__cyg_profile_func_exit");
     got::restore(&slots);
     let sites = crate::dynamic::stop();
     let sleds = crate::xray::api::stop_recording();

@@ -298,7 +298,7 @@ fn patch_object(
         return Ok(0);
     }
     let stub = if on { stubs(o)? } else { [0; 4] };
-    let todo: Vec<usize> = (0..o.sleds.len())
+    let mut todo: Vec<usize> = (0..o.sleds.len())
         .filter(|&i| {
             let s = &o.sleds[i];
             s.kind <= kind::LOG_ARGS
@@ -306,6 +306,11 @@ fn patch_object(
                 && !(on && (o.off.contains(&s.func) || o.sited.binary_search(&s.func).is_ok()))
         })
         .collect();
+    // While threads run, a function must never record an entry whose exit
+    // is not recorded yet: switching on, exit sleds go first; switching
+    // off, entry sleds go first (stores become visible in order on x86).
+    let entry_like = |s: &Sled| s.kind == kind::ENTRY || s.kind == kind::LOG_ARGS;
+    todo.sort_by_key(|&i| entry_like(&o.sleds[i]) == on);
     let ranges: Vec<(u64, u64)> = todo.iter().map(|&i| (o.sleds[i].addr, 11)).collect();
     let _w = crate::patch::text::Writable::open(&ranges, &o.path.display().to_string())?;
     for &i in &todo {
