@@ -76,6 +76,8 @@ extern crate std;
 
 pub mod arg;
 pub mod info;
+#[cfg(target_arch = "x86_64")]
+pub mod keycall;
 pub mod marker;
 pub mod rcu;
 #[cfg(all(feature = "alloc", any(feature = "std", feature = "critical-section")))]
@@ -174,7 +176,7 @@ macro_rules! fire {
     ($m:path $(, $a:expr)* $(,)?) => {{
         let __m = &$m;
         if __m.__is_static_key() {
-            $crate::__key_site!($m, __m.__dispatch(($($a,)*)));
+            $crate::__key_site!($m, __m.__fire_key(($($a,)*)));
         } else if let ::core::option::Option::Some(__f) = __m.__check() {
             __m.__call(__f, ($($a,)*));
         }
@@ -195,7 +197,10 @@ macro_rules! marker {
 }
 
 /// The static-key site: a 5-byte NOP recorded in `fntrace_key_sites`,
-/// patched into a `jmp` to the block while the marker is enabled.
+/// patched into a `jmp` to the label block while the marker is enabled.
+/// The block (`$body`) evaluates the arguments and calls the probes
+/// through [`keycall`], which clobbers no general-purpose register, then
+/// falls through to the code after the site.
 #[cfg(target_arch = "x86_64")]
 #[doc(hidden)]
 #[macro_export]

@@ -335,7 +335,25 @@ impl<S: Signature, D: Design> Marker<S, D> {
         cfg!(target_arch = "x86_64") && matches!(D::KIND, DesignKind::StaticKey)
     }
 
-    /// The enabled path: calls the probes with `args`.
+    /// The enabled path of a static-key site (its label block): calls the
+    /// probes with `args` through the register-preserving trampoline of
+    /// [`crate::keycall`] (elsewhere than x86_64: a cold call).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __fire_key(&'static self, args: S::Args<'_>) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `args` is this marker's argument tuple, alive for the
+        // call.
+        unsafe {
+            crate::keycall::call(&self.__core, &args as *const S::Args<'_> as *const ())
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        self.__dispatch(args)
+    }
+
+    /// The enabled path of a flag-tested static key (architectures
+    /// without static keys): calls the probes with `args`.
+    #[cfg(not(target_arch = "x86_64"))]
     #[doc(hidden)]
     #[inline(never)]
     #[cold]
