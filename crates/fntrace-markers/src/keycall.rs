@@ -1,35 +1,41 @@
 //! The enabled path of a static-key site (x86_64): the call that the
 //! site's label block makes, built so that the block clobbers no
-//! general-purpose register.
+//! general-purpose register. Owns [`KeyFrame`], the dispatcher the block
+//! calls (`key_dispatch`) and the inline assembly of that call.
 //!
 //! Why: the label block of a static-key site is part of the firing
-//! function's control flow, inside whatever loop the site is in. If it
-//! contained an ordinary call, every value live across the site would have
-//! to survive a clobber of the nine caller-saved registers (`rax`, `rcx`,
-//! `rdx`, `rsi`, `rdi`, `r8`–`r11`); with more live values than the six
-//! callee-saved registers, the register allocator spills some of them or
-//! re-materialises constants *on the hot path* (measured: the word-count
-//! benchmark's byte loop re-loaded a constant and compared against a
-//! spilled end pointer), so a site that is a 5-byte NOP when disabled
-//! still cost ~1 ns per firing. Here the block stores a [`KeyFrame`] (the
-//! marker and a pointer to the argument tuple) and makes one `call` from
-//! inline assembly to [`trampoline`], which saves and restores those nine
-//! registers around the Rust dispatcher; the assembly declares only the
-//! vector, mask, x87/MMX and tile registers and the flags as clobbered (as
-//! `clobber_abi("C")` would, without the general-purpose ones). Integer
-//! code keeps all its registers across the site.
+//! function's control flow, inside whatever loop the site is in. With an
+//! ordinary call there, every value live across the site has to survive a
+//! clobber of the nine caller-saved registers (`rax`, `rcx`, `rdx`, `rsi`,
+//! `rdi`, `r8`–`r11`); with more live values than the six callee-saved
+//! registers, the register allocator spills or re-materialises some of
+//! them, and it does not always do so in the cold block: the word-count
+//! benchmark's byte loop re-materialised the FNV prime and compared
+//! against a spilled end pointer on every byte, so a site that is a 5-byte
+//! NOP when disabled still cost ~1 ns per firing (docs/ARCHITECTURE.md,
+//! Markers). Here the block stores a [`KeyFrame`] (the marker, a pointer to
+//! the argument tuple, room for the registers) and runs one `asm!` block
+//! that saves those nine registers into the frame, calls the dispatcher
+//! and restores them; it declares only the vector, mask, x87/MMX and tile
+//! registers and the flags as clobbered (what `clobber_abi("C")` declares,
+//! without the general-purpose registers). So integer code keeps every
+//! register across the site and the allocator has no reason to touch the
+//! hot path. The price is paid only when enabled: nine stores and nine
+//! loads per firing.
 //!
 //! A panicking probe: with `std`, the panic is caught in the dispatcher
-//! and resumed in the firing code after the trampoline returned, so it
+//! and resumed in the firing code once the registers are restored, so it
 //! unwinds through the firing function as with the other designs; without
-//! `std`, the dispatcher is `extern "C"` and a panic aborts.
+//! `std` the dispatcher is `extern "C"` and a panic aborts.
 
 use crate::marker::MarkerCore;
 
 #[cfg(feature = "std")]
 use std::boxed::Box;
 
-/// What a static-key site hands to [`trampoline`] (in `rdi`).
+/// What a static-key site hands to the dispatcher: the marker, its
+/// arguments, and room for the saved registers (on the firing function's
+/// stack).
 #[repr(C)]
 pub struct KeyFrame {
     core: &'static MarkerCore,
@@ -37,86 +43,41 @@ pub struct KeyFrame {
     /// A probe's panic, to resume in the firing code.
     #[cfg(feature = "std")]
     panic: Option<Box<dyn core::any::Any + Send + 'static>>,
+    /// The general-purpose registers saved across the call.
+    saved: core::mem::MaybeUninit<[u64; 9]>,
 }
 
-/// The dispatcher the trampoline calls: the probes of `frame.core` with
-/// the argument tuple at `frame.args`.
+/// The dispatcher a static-key site calls: the probes of `frame.core` with
+/// the argument tuple at `frame.args`. Returns `frame` (the site restores
+/// the registers through it).
 ///
 /// # Safety
 /// `frame` points to a live [`KeyFrame`] whose `args` is the marker's
 /// argument tuple.
-unsafe extern "C" fn key_dispatch(frame: *mut KeyFrame) {
+unsafe extern "C" fn key_dispatch(frame: *mut KeyFrame) -> *mut KeyFrame {
+    let Some(_g) = crate::rcu::read_lock() else {
+        return frame;
+    };
+    // Read after entering the section, so that nothing but the frame's
+    // address is kept across the section's (first-use) set-up: fewer
+    // callee-saved registers to save on this path.
     // SAFETY: the caller's contract; the frame lives in the firing
     // function's stack frame for the whole call.
-    let f = unsafe { &mut *frame };
+    let (core, args) = unsafe { ((*frame).core, (*frame).args) };
     #[cfg(feature = "std")]
-    {
-        let (core, args) = (f.core, f.args);
-        if let Err(p) =
-            std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| core.dispatch_raw(args)))
-        {
-            f.panic = Some(p);
-        }
+    if let Err(p) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+        // SAFETY: inside the section `_g` holds.
+        unsafe { core.dispatch_locked(args) }
+    })) {
+        // SAFETY: as above.
+        unsafe { (*frame).panic = Some(p) };
     }
     #[cfg(not(feature = "std"))]
-    f.core.dispatch_raw(f.args);
-}
-
-/// Calls [`key_dispatch`] with the frame in `rdi` and returns with every
-/// general-purpose register and the stack as they were (flags excepted).
-/// Entered by `call` from an `asm!` block without `nostack`, so the stack
-/// is 16-byte aligned before the call: after the return address and nine
-/// pushes it is aligned again for the inner call.
-#[unsafe(naked)]
-#[doc(hidden)]
-pub unsafe extern "C" fn trampoline() {
-    // SAFETY: pushes and pops balance, the inner call is made with the
-    // stack aligned as the C ABI requires, and the nine caller-saved
-    // general-purpose registers are restored; the CFI directives keep
-    // the frame unwindable (for backtraces taken inside probes).
-    core::arch::naked_asm!(
-        ".cfi_startproc",
-        "push rax",
-        ".cfi_adjust_cfa_offset 8",
-        "push rcx",
-        ".cfi_adjust_cfa_offset 8",
-        "push rdx",
-        ".cfi_adjust_cfa_offset 8",
-        "push rsi",
-        ".cfi_adjust_cfa_offset 8",
-        "push rdi",
-        ".cfi_adjust_cfa_offset 8",
-        "push r8",
-        ".cfi_adjust_cfa_offset 8",
-        "push r9",
-        ".cfi_adjust_cfa_offset 8",
-        "push r10",
-        ".cfi_adjust_cfa_offset 8",
-        "push r11",
-        ".cfi_adjust_cfa_offset 8",
-        "call {dispatch}",
-        "pop r11",
-        ".cfi_adjust_cfa_offset -8",
-        "pop r10",
-        ".cfi_adjust_cfa_offset -8",
-        "pop r9",
-        ".cfi_adjust_cfa_offset -8",
-        "pop r8",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rdi",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rsi",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rdx",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rcx",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rax",
-        ".cfi_adjust_cfa_offset -8",
-        "ret",
-        ".cfi_endproc",
-        dispatch = sym key_dispatch,
-    )
+    // SAFETY: inside the section `_g` holds.
+    unsafe {
+        core.dispatch_locked(args)
+    };
+    frame
 }
 
 /// Resumes a probe's panic in the firing code.
@@ -128,8 +89,8 @@ fn resume(p: Box<dyn core::any::Any + Send + 'static>) -> ! {
 }
 
 /// The enabled path of a static-key site: calls the probes of `core` with
-/// the argument tuple at `args`, through [`trampoline`]. Inlined into the
-/// label block.
+/// the argument tuple at `args`, keeping every general-purpose register.
+/// Inlined into the label block.
 ///
 /// # Safety
 /// `args` points to `core`'s argument tuple.
@@ -140,17 +101,44 @@ pub(crate) unsafe fn call(core: &'static MarkerCore, args: *const ()) {
         args,
         #[cfg(feature = "std")]
         panic: None,
+        saved: core::mem::MaybeUninit::uninit(),
     };
-    // SAFETY: `trampoline` preserves every general-purpose register and
-    // the stack pointer; what the called Rust code may clobber beyond
-    // them (vector, mask, x87/MMX and AMX tile registers, flags) is
-    // declared. No `nostack`: the stack is aligned for the call and the
-    // red zone is not in use. The frame outlives the call.
+    // SAFETY: the block saves the nine caller-saved general-purpose
+    // registers into the frame (`{f}`, any register, holds its address
+    // until `rdi` does), calls `key_dispatch` (C ABI: it preserves the
+    // callee-saved registers and returns the frame's address in `rax`)
+    // and restores the nine from the frame, `rax` last: every
+    // general-purpose register is as before, `{f}` included. What the
+    // called Rust code may clobber beyond them (vector, mask, x87/MMX and
+    // AMX tile registers, flags) is declared. No `nostack`: the stack is
+    // aligned for the call and the red zone is not in use; the stack
+    // pointer does not move, so the firing function's unwind information
+    // stays valid during the call. The frame outlives the call.
     unsafe {
         core::arch::asm!(
-            "call {t}",
-            t = sym trampoline,
-            in("rdi") &raw mut frame,
+            "mov [{f} + {s}], rax",
+            "mov [{f} + {s} + 8], rcx",
+            "mov [{f} + {s} + 16], rdx",
+            "mov [{f} + {s} + 24], rsi",
+            "mov [{f} + {s} + 32], rdi",
+            "mov [{f} + {s} + 40], r8",
+            "mov [{f} + {s} + 48], r9",
+            "mov [{f} + {s} + 56], r10",
+            "mov [{f} + {s} + 64], r11",
+            "mov rdi, {f}",
+            "call {dispatch}",
+            "mov rcx, [rax + {s} + 8]",
+            "mov rdx, [rax + {s} + 16]",
+            "mov rsi, [rax + {s} + 24]",
+            "mov rdi, [rax + {s} + 32]",
+            "mov r8, [rax + {s} + 40]",
+            "mov r9, [rax + {s} + 48]",
+            "mov r10, [rax + {s} + 56]",
+            "mov r11, [rax + {s} + 64]",
+            "mov rax, [rax + {s}]",
+            s = const core::mem::offset_of!(KeyFrame, saved),
+            dispatch = sym key_dispatch,
+            f = in(reg) &raw mut frame,
             out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
             out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
             out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
@@ -170,7 +158,7 @@ pub(crate) unsafe fn call(core: &'static MarkerCore, args: *const ()) {
         );
     }
     #[cfg(feature = "std")]
-    if let Some(p) = frame.panic.take() {
+    if let Some(p) = frame.panic {
         resume(p);
     }
 }
