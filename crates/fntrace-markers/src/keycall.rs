@@ -9,19 +9,17 @@
 //! clobber of the nine caller-saved registers (`rax`, `rcx`, `rdx`, `rsi`,
 //! `rdi`, `r8`–`r11`); with more live values than the six callee-saved
 //! registers, the register allocator spills or re-materialises some of
-//! them, and it does not always do so in the cold block: the word-count
-//! benchmark's byte loop re-materialised the FNV prime and compared
-//! against a spilled end pointer on every byte, so a site that is a 5-byte
-//! NOP when disabled still cost ~1 ns per firing (docs/ARCHITECTURE.md,
-//! Markers). Here the block stores a [`KeyFrame`] (the marker, a pointer to
-//! the argument tuple, room for the registers) and runs one `asm!` block
-//! that saves those nine registers into the frame, calls the dispatcher
-//! and restores them; it declares only the vector, mask, x87/MMX and tile
-//! registers and the flags as clobbered (what `clobber_abi("C")` declares,
-//! without the general-purpose registers). So integer code keeps every
-//! register across the site and the allocator has no reason to touch the
-//! hot path. The price is paid only when enabled: nine stores and nine
-//! loads per firing.
+//! them, and not always in the cold block: the word-count benchmark's byte
+//! loop re-materialised the FNV prime and compared against a spilled end
+//! pointer on every byte (docs/ARCHITECTURE.md, Markers). Here the block
+//! runs one `asm!` block that saves those nine registers into a
+//! [`KeyFrame`] on the stack, calls the dispatcher with the marker and a
+//! pointer to the argument tuple, and restores them; it declares only the
+//! vector, mask, x87/MMX and tile registers and the flags as clobbered
+//! (what `clobber_abi("C")` declares, without the general-purpose
+//! registers). So integer code keeps every register across the site and
+//! the allocator has no reason to touch the hot path. The price is paid
+//! only when enabled: nine stores and nine loads per firing.
 //!
 //! A panicking probe: with `std`, the panic is caught in the dispatcher
 //! and resumed in the firing code once the registers are restored, so it
@@ -33,13 +31,11 @@ use crate::marker::MarkerCore;
 #[cfg(feature = "std")]
 use std::boxed::Box;
 
-/// What a static-key site hands to the dispatcher: the marker, its
-/// arguments, and room for the saved registers (on the firing function's
-/// stack).
+/// The firing site's part of an enabled static-key call, on the firing
+/// function's stack: room for the saved registers and for a probe's
+/// panic.
 #[repr(C)]
 pub struct KeyFrame {
-    core: &'static MarkerCore,
-    args: *const (),
     /// A probe's panic, to resume in the firing code.
     #[cfg(feature = "std")]
     panic: Option<Box<dyn core::any::Any + Send + 'static>>,
@@ -47,29 +43,28 @@ pub struct KeyFrame {
     saved: core::mem::MaybeUninit<[u64; 9]>,
 }
 
-/// The dispatcher a static-key site calls: the probes of `frame.core` with
-/// the argument tuple at `frame.args`. Returns `frame` (the site restores
-/// the registers through it).
+/// The dispatcher a static-key site calls: the probes of `core` with the
+/// argument tuple at `args`; a probe's panic goes into the frame. Returns
+/// `frame` (the site restores the registers through it).
 ///
 /// # Safety
-/// `frame` points to a live [`KeyFrame`] whose `args` is the marker's
+/// `frame` points to a live [`KeyFrame`]; `args` points to `core`'s
 /// argument tuple.
-unsafe extern "C" fn key_dispatch(frame: *mut KeyFrame) -> *mut KeyFrame {
+unsafe extern "C" fn key_dispatch(
+    frame: *mut KeyFrame,
+    core: &'static MarkerCore,
+    args: *const (),
+) -> *mut KeyFrame {
     let Some(_g) = crate::rcu::read_lock() else {
         return frame;
     };
-    // Read after entering the section, so that nothing but the frame's
-    // address is kept across the section's (first-use) set-up: fewer
-    // callee-saved registers to save on this path.
-    // SAFETY: the caller's contract; the frame lives in the firing
-    // function's stack frame for the whole call.
-    let (core, args) = unsafe { ((*frame).core, (*frame).args) };
     #[cfg(feature = "std")]
     if let Err(p) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
         // SAFETY: inside the section `_g` holds.
         unsafe { core.dispatch_locked(args) }
     })) {
-        // SAFETY: as above.
+        // SAFETY: the caller's contract; the frame lives in the firing
+        // function's stack frame for the whole call.
         unsafe { (*frame).panic = Some(p) };
     }
     #[cfg(not(feature = "std"))]
@@ -97,35 +92,33 @@ fn resume(p: Box<dyn core::any::Any + Send + 'static>) -> ! {
 #[inline(always)]
 pub(crate) unsafe fn call(core: &'static MarkerCore, args: *const ()) {
     let mut frame = KeyFrame {
-        core,
-        args,
         #[cfg(feature = "std")]
         panic: None,
         saved: core::mem::MaybeUninit::uninit(),
     };
     // SAFETY: the block saves the nine caller-saved general-purpose
-    // registers into the frame (`{f}`, any register, holds its address
-    // until `rdi` does), calls `key_dispatch` (C ABI: it preserves the
-    // callee-saved registers and returns the frame's address in `rax`)
-    // and restores the nine from the frame, `rax` last: every
-    // general-purpose register is as before, `{f}` included. What the
-    // called Rust code may clobber beyond them (vector, mask, x87/MMX and
-    // AMX tile registers, flags) is declared. No `nostack`: the stack is
-    // aligned for the call and the red zone is not in use; the stack
-    // pointer does not move, so the firing function's unwind information
-    // stays valid during the call. The frame outlives the call.
+    // registers into the frame (its address is in `rdi`), calls
+    // `key_dispatch(frame, core, args)` (C ABI, arguments in `rdi`, `rsi`,
+    // `rdx`: it preserves the callee-saved registers and returns the
+    // frame's address in `rax`) and restores the nine from the frame,
+    // `rax` last: every general-purpose register is as before, the three
+    // inputs included. What the called Rust code may clobber beyond them
+    // (vector, mask, x87/MMX and AMX tile registers, flags) is declared.
+    // No `nostack`: the stack is aligned for the call and the red zone is
+    // not in use; the stack pointer does not move, so the firing
+    // function's unwind information stays valid during the call. The
+    // frame outlives the call.
     unsafe {
         core::arch::asm!(
-            "mov [{f} + {s}], rax",
-            "mov [{f} + {s} + 8], rcx",
-            "mov [{f} + {s} + 16], rdx",
-            "mov [{f} + {s} + 24], rsi",
-            "mov [{f} + {s} + 32], rdi",
-            "mov [{f} + {s} + 40], r8",
-            "mov [{f} + {s} + 48], r9",
-            "mov [{f} + {s} + 56], r10",
-            "mov [{f} + {s} + 64], r11",
-            "mov rdi, {f}",
+            "mov [rdi + {s}], rax",
+            "mov [rdi + {s} + 8], rcx",
+            "mov [rdi + {s} + 16], rdx",
+            "mov [rdi + {s} + 24], rsi",
+            "mov [rdi + {s} + 32], rdi",
+            "mov [rdi + {s} + 40], r8",
+            "mov [rdi + {s} + 48], r9",
+            "mov [rdi + {s} + 56], r10",
+            "mov [rdi + {s} + 64], r11",
             "call {dispatch}",
             "mov rcx, [rax + {s} + 8]",
             "mov rdx, [rax + {s} + 16]",
@@ -138,7 +131,9 @@ pub(crate) unsafe fn call(core: &'static MarkerCore, args: *const ()) {
             "mov rax, [rax + {s}]",
             s = const core::mem::offset_of!(KeyFrame, saved),
             dispatch = sym key_dispatch,
-            f = in(reg) &raw mut frame,
+            in("rdi") &raw mut frame,
+            in("rsi") core,
+            in("rdx") args,
             out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
             out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
             out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
