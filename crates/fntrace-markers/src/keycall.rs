@@ -64,8 +64,9 @@ unsafe extern "C" fn key_dispatch(
         unsafe { core.dispatch_locked(args) }
     })) {
         // SAFETY: the caller's contract; the frame lives in the firing
-        // function's stack frame for the whole call.
-        unsafe { (*frame).panic = Some(p) };
+        // function's stack frame for the whole call. Its `panic` is
+        // `None` (set by the site), so there is nothing to drop.
+        unsafe { core::ptr::addr_of_mut!((*frame).panic).write(Some(p)) };
     }
     #[cfg(not(feature = "std"))]
     // SAFETY: inside the section `_g` holds.
