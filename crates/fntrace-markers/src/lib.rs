@@ -176,7 +176,7 @@ macro_rules! fire {
     ($m:path $(, $a:expr)* $(,)?) => {{
         let __m = &$m;
         if __m.__is_static_key() {
-            $crate::__key_site!($m, __m.__fire_key(($($a,)*)));
+            $crate::__key_site!($m, $crate::__key_call!($m, __m.__key_args(($($a,)*))));
         } else if let ::core::option::Option::Some(__f) = __m.__check() {
             __m.__call(__f, ($($a,)*));
         }
@@ -199,8 +199,8 @@ macro_rules! marker {
 /// The static-key site: a 5-byte NOP recorded in `fntrace_key_sites`,
 /// patched into a `jmp` to the label block while the marker is enabled.
 /// The block (`$body`) evaluates the arguments and calls the probes
-/// through [`keycall`], which clobbers no general-purpose register, then
-/// falls through to the code after the site.
+/// through `keycall` (`__key_call!`), which clobbers no general-purpose
+/// register, then falls through to the code after the site.
 #[cfg(target_arch = "x86_64")]
 #[doc(hidden)]
 #[macro_export]
@@ -236,5 +236,15 @@ macro_rules! __key_site {
         if $m.__core.is_enabled() {
             $body;
         }
+    };
+}
+
+/// No static keys on this architecture: the enabled path is a cold call.
+#[cfg(not(target_arch = "x86_64"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __key_call {
+    ($m:path, $args:expr) => {
+        $m.__dispatch($args)
     };
 }

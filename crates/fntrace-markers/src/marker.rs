@@ -363,20 +363,13 @@ impl<S: Signature, D: Design> Marker<S, D> {
         cfg!(target_arch = "x86_64") && matches!(D::KIND, DesignKind::StaticKey)
     }
 
-    /// The enabled path of a static-key site (its label block): calls the
-    /// probes with `args` through `keycall`, which keeps every
-    /// general-purpose register (elsewhere than x86_64: a cold call).
+    /// The arguments of a firing, as this marker's tuple (converted as in
+    /// a `let` with the declared types): what a static-key site hands to
+    /// `__key_call!`.
     #[doc(hidden)]
     #[inline(always)]
-    pub fn __fire_key(&'static self, args: S::Args<'_>) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `args` is this marker's argument tuple, alive for the
-        // call.
-        unsafe {
-            crate::keycall::call(&self.__core, &args as *const S::Args<'_> as *const ())
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        self.__dispatch(args)
+    pub fn __key_args<'a>(&'static self, args: S::Args<'a>) -> S::Args<'a> {
+        args
     }
 
     /// The enabled path of a flag-tested static key (architectures
