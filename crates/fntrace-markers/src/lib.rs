@@ -34,7 +34,11 @@
 //!   `fntrace_key_sites` section, that the runtime patches into a `jmp`
 //!   to the firing code when the marker's first probe is attached and back
 //!   when the last one leaves (needs the code patcher of `fntrace-rt`,
-//!   which installs itself at start-up; x86_64 only, elsewhere a flag);
+//!   which installs itself at start-up; x86_64 only, elsewhere a flag).
+//!   The firing code is out of line and clobbers no general-purpose
+//!   register (see [`keycall`]), so the NOP is all the site adds to the
+//!   code around it; enabled, it costs nine register saves and restores
+//!   more than the flag;
 //! - `Flag`: a load of the marker's flag and a branch;
 //! - `FnPtr`: a load of a function pointer, a NULL check, an indirect call;
 //! - `EmptyFn`: an indirect call to a function that is empty while
