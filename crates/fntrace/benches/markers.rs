@@ -437,10 +437,10 @@ fn main() {
              enabled (1 empty probe): ns/marker | enabled: slowdown | enabled: vs flag |"
         );
         println!("|---|---:|---:|---:|---:|---:|---:|");
-        for d in 0..4 {
+        for (d, name) in DESIGNS.iter().enumerate() {
             println!(
                 "| {} | {:.3} | {:+.1} % | {:.3} | {:.2} | {:+.1} % | {:.3} |",
-                DESIGNS[d],
+                name,
                 per(b.off[d], b.base, w.markers),
                 pct(b.off[d], b.base),
                 b.off[d] / b.off[1],

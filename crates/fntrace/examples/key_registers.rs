@@ -77,12 +77,13 @@ pub fn float_loop(n: u64) -> [f64; 8] {
     let mut a = [1.0f64, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5];
     for i in 0..n {
         let x = i as f64 * 0.001;
-        for k in 0..4 {
-            a[k] = a[k] * 0.999 + x;
+        for v in &mut a[..4] {
+            *v = *v * 0.999 + x;
         }
         fire!(FLOAT, i, a[0] + a[3]);
-        for k in 4..8 {
-            a[k] = a[k] * 0.998 + a[k - 4];
+        let (lo, hi) = a.split_at_mut(4);
+        for (h, l) in hi.iter_mut().zip(lo.iter()) {
+            *h = *h * 0.998 + *l;
         }
     }
     a
