@@ -8,6 +8,9 @@
 //! 5-byte NOP, and its label block calls nothing but the dispatcher,
 //! between saves and restores of the nine caller-saved registers, so the
 //! register allocator has no call clobber to work around in the loop.
+//! x86_64 only (static keys are a flag elsewhere).
+
+#![cfg(target_arch = "x86_64")]
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
