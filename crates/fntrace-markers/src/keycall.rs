@@ -40,13 +40,15 @@ use std::boxed::Box;
 
 /// The fixed part of a [`KeyFrame`]: the saved registers and a probe's
 /// panic. Sized to a multiple of 16 so that the arguments that follow are
-/// at [`ARGS_OFFSET`] for every argument tuple.
+/// at [`ARGS_OFFSET`] for every argument tuple. The site leaves it
+/// uninitialised (no store on its path): the assembly writes `saved`,
+/// [`key_dispatch`] writes `panic` on every path.
 #[doc(hidden)]
 #[repr(C, align(16))]
 pub struct KeyHead {
     /// The nine caller-saved general-purpose registers, saved across the
     /// call.
-    saved: MaybeUninit<[u64; 9]>,
+    saved: [u64; 9],
     /// A probe's panic, to resume in the firing code.
     #[cfg(feature = "std")]
     panic: Option<Box<dyn core::any::Any + Send + 'static>>,
@@ -65,7 +67,7 @@ pub const ARGS_OFFSET: usize = core::mem::size_of::<KeyHead>();
 #[doc(hidden)]
 #[repr(C)]
 pub struct KeyFrame<A> {
-    head: KeyHead,
+    head: MaybeUninit<KeyHead>,
     args: A,
 }
 
@@ -80,11 +82,7 @@ impl<A> KeyFrame<A> {
             )
         };
         KeyFrame {
-            head: KeyHead {
-                saved: MaybeUninit::uninit(),
-                #[cfg(feature = "std")]
-                panic: None,
-            },
+            head: MaybeUninit::uninit(),
             args,
         }
     }
@@ -96,11 +94,18 @@ impl<A> KeyFrame<A> {
     }
 
     /// After the call: resumes a probe's panic in the firing code.
+    ///
+    /// # Safety
+    /// The assembly has called [`key_dispatch`] with this frame.
     #[inline(always)]
-    pub fn finish(self) {
+    pub unsafe fn finish(self) {
         #[cfg(feature = "std")]
-        if let Some(p) = self.head.panic {
-            resume(p);
+        {
+            // SAFETY: `key_dispatch` wrote `panic` (caller's contract).
+            let p = unsafe { core::ptr::addr_of!((*self.head.as_ptr()).panic).read() };
+            if let Some(p) = p {
+                resume(p);
+            }
         }
     }
 }
@@ -119,20 +124,26 @@ pub unsafe extern "C" fn key_dispatch(
     core: &'static MarkerCore,
 ) -> *mut KeyHead {
     let Some(_g) = crate::rcu::read_lock() else {
+        #[cfg(feature = "std")]
+        // SAFETY: the caller's contract; the frame lives in the firing
+        // function's stack frame for the whole call (its `panic` is
+        // uninitialised: nothing to drop).
+        unsafe {
+            core::ptr::addr_of_mut!((*frame).panic).write(None)
+        };
         return frame;
     };
     // SAFETY: the frame is a `KeyFrame`, whose arguments follow the head
     // at `ARGS_OFFSET` (caller's contract).
     let args = unsafe { frame.cast::<u8>().add(ARGS_OFFSET) }.cast::<()>();
     #[cfg(feature = "std")]
-    if let Err(p) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
-        // SAFETY: inside the section `_g` holds.
-        unsafe { core.dispatch_locked(args) }
-    })) {
-        // SAFETY: the caller's contract; the frame lives in the firing
-        // function's stack frame for the whole call. Its `panic` is
-        // `None` (set by `KeyFrame::new`), so there is nothing to drop.
-        unsafe { core::ptr::addr_of_mut!((*frame).panic).write(Some(p)) };
+    {
+        let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+            // SAFETY: inside the section `_g` holds.
+            unsafe { core.dispatch_locked(args) }
+        }));
+        // SAFETY: as above (nothing to drop).
+        unsafe { core::ptr::addr_of_mut!((*frame).panic).write(r.err()) };
     }
     #[cfg(not(feature = "std"))]
     // SAFETY: inside the section `_g` holds.
@@ -222,6 +233,7 @@ macro_rules! __key_call {
                 out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
             );
         }
-        __frame.finish();
+        // SAFETY: the assembly called `key_dispatch` with the frame.
+        unsafe { __frame.finish() };
     }};
 }
