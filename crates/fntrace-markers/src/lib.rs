@@ -36,7 +36,7 @@
 //!   when the last one leaves (needs the code patcher of `fntrace-rt`,
 //!   which installs itself at start-up; x86_64 only, elsewhere a flag).
 //!   The firing code is out of line and clobbers no general-purpose
-//!   register (see [`keycall`]), so the NOP is all the site adds to the
+//!   register (module `keycall`), so the NOP is all the site adds to the
 //!   code around it; enabled, it costs nine register saves and restores
 //!   more than the flag;
 //! - `Flag`: a load of the marker's flag and a branch;
