@@ -222,13 +222,23 @@ impl MarkerCore {
     }
 
     /// Calls every attached probe with the argument tuple at `args`
-    /// (inlined into each signature's `__dispatch`, so an enabled firing
-    /// makes one direct call, then one indirect call per probe).
+    /// (inlined into the dispatchers, so an enabled firing makes one
+    /// direct call, then one indirect call per probe).
     #[inline(always)]
     pub(crate) fn dispatch_raw(&'static self, args: *const ()) {
         let Some(_g) = rcu::read_lock() else {
             return;
         };
+        // SAFETY: inside the section `_g` holds.
+        unsafe { self.dispatch_locked(args) };
+    }
+
+    /// [`MarkerCore::dispatch_raw`] without entering the read-side section.
+    ///
+    /// # Safety
+    /// The caller is inside a read-side section (`rcu::read_lock`).
+    #[inline(always)]
+    pub(crate) unsafe fn dispatch_locked(&'static self, args: *const ()) {
         let a = self.probes.load(Ordering::Acquire);
         if a.is_null() {
             return;
@@ -236,6 +246,24 @@ impl MarkerCore {
         // SAFETY: a published array lives until a grace period after it
         // is replaced, and we are inside a read-side section.
         let arr = unsafe { &*a };
+        if arr.len == 1 {
+            // One probe, the common case, without the loop: less to keep
+            // across the call.
+            // SAFETY: `ptr` points to the array's one entry, alive as the
+            // array is.
+            let e = unsafe { &*arr.ptr };
+            // SAFETY: `e.call` was built for this marker's signature (or
+            // is untyped) and `e.data` lives as long as the entry is
+            // reachable (freed after a grace period).
+            unsafe { (e.call)(e.data, self, args) };
+            return;
+        }
+        self.dispatch_many(arr, args);
+    }
+
+    /// The probes of an array of any length, in attachment order.
+    #[inline(never)]
+    fn dispatch_many(&'static self, arr: &ProbeArray, args: *const ()) {
         for e in arr.entries() {
             // SAFETY: `e.call` was built for this marker's signature (or
             // is untyped) and `e.data` lives as long as the entry is
@@ -335,7 +363,18 @@ impl<S: Signature, D: Design> Marker<S, D> {
         cfg!(target_arch = "x86_64") && matches!(D::KIND, DesignKind::StaticKey)
     }
 
-    /// The enabled path: calls the probes with `args`.
+    /// The arguments of a firing, as this marker's tuple (converted as in
+    /// a `let` with the declared types): what a static-key site hands to
+    /// `__key_call!`.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __key_args<'a>(&'static self, args: S::Args<'a>) -> S::Args<'a> {
+        args
+    }
+
+    /// The enabled path of a flag-tested static key (architectures
+    /// without static keys): calls the probes with `args`.
+    #[cfg(not(target_arch = "x86_64"))]
     #[doc(hidden)]
     #[inline(never)]
     #[cold]

@@ -460,13 +460,14 @@ fn enable(m: &'static MarkerCore) -> Result<(), Error> {
 
 fn disable(m: &'static MarkerCore) -> Result<(), Error> {
     m.set_dynamic(false);
-    if m.design() == DesignKind::StaticKey && cfg!(target_arch = "x86_64") {
-        if let Some(p) = patcher() {
-            p(m, false).map_err(|reason| Error::Patch {
-                marker: m.name().to_string(),
-                reason,
-            })?;
-        }
+    if m.design() == DesignKind::StaticKey
+        && cfg!(target_arch = "x86_64")
+        && let Some(p) = patcher()
+    {
+        p(m, false).map_err(|reason| Error::Patch {
+            marker: m.name().to_string(),
+            reason,
+        })?;
     }
     Ok(())
 }
