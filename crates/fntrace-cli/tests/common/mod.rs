@@ -80,3 +80,87 @@ pub fn tool(tool: &str, args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// The call structure of a trace: for every function (demangled name
+/// without its argument list), the callers its calls had, the depths they
+/// were at on each thread, and the calls without a recorded exit.
+#[derive(Debug, Default)]
+pub struct CallTree {
+    /// (caller, callee) → calls; the caller of an outermost call is "".
+    pub edges: std::collections::HashMap<(String, String), u64>,
+    /// Function → the (thread, depth) pairs its calls were at.
+    pub depths: std::collections::HashMap<String, std::collections::BTreeSet<(u32, usize)>>,
+    /// Calls whose exit was not recorded.
+    pub incomplete: u64,
+}
+
+/// Reads the call structure of the trace at `path` (which must be
+/// undamaged).
+pub fn call_tree(path: &std::path::Path) -> CallTree {
+    use fntrace_cli::analysis::{Call, Visitor, walk_thread};
+    struct V<'a, 'm> {
+        sym: fntrace_cli::symbols::Symbolizer<'m>,
+        tid: u32,
+        open: Vec<String>,
+        tree: &'a mut CallTree,
+    }
+    impl Visitor for V<'_, '_> {
+        fn enter(&mut self, func: u64, depth: usize, _tsc: u64) {
+            let full = self.sym.name(func);
+            let name = full.split('(').next().unwrap_or(full).to_string();
+            self.open.truncate(depth);
+            let caller = self.open.last().cloned().unwrap_or_default();
+            *self.tree.edges.entry((caller, name.clone())).or_default() += 1;
+            self.tree
+                .depths
+                .entry(name.clone())
+                .or_default()
+                .insert((self.tid, depth));
+            self.open.push(name);
+        }
+        fn call(&mut self, _c: &Call) {}
+    }
+    let t = fntrace_format::Trace::open(path).unwrap();
+    assert!(t.damage().is_empty(), "{:?}", t.damage());
+    let mut tree = CallTree::default();
+    for tid in t.thread_ids() {
+        let mut v = V {
+            sym: fntrace_cli::symbols::Symbolizer::new(t.metadata()),
+            tid,
+            open: Vec::new(),
+            tree: &mut tree,
+        };
+        let s = walk_thread(&t, tid, &mut v);
+        tree.incomplete += s.incomplete;
+    }
+    tree
+}
+
+impl CallTree {
+    /// Checks that every call of `callee` came from `caller` (`None`: any
+    /// caller), `n` calls in all, each thread's calls at one depth.
+    pub fn expect(&self, what: &str, callee: &str, caller: Option<&str>, n: u64) {
+        let callers: Vec<(&str, u64)> = self
+            .edges
+            .iter()
+            .filter(|((_, c), _)| c == callee)
+            .map(|((p, _), k)| (p.as_str(), *k))
+            .collect();
+        let total: u64 = callers.iter().map(|c| c.1).sum();
+        assert_eq!(total, n, "{what}: calls of {callee} (callers {callers:?})");
+        if let Some(caller) = caller {
+            assert_eq!(
+                callers,
+                [(caller, n)],
+                "{what}: callers of {callee} (expected only {caller})"
+            );
+        }
+        let depths = &self.depths[callee];
+        let threads: std::collections::BTreeSet<u32> = depths.iter().map(|d| d.0).collect();
+        assert_eq!(
+            threads.len(),
+            depths.len(),
+            "{what}: {callee} at several depths on one thread: {depths:?}"
+        );
+    }
+}

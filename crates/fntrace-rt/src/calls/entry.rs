@@ -96,7 +96,7 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64, regs: *const u64
         resync(t, tramp);
     }
     if t.shadow.top_mark() <= slot as u64 {
-        pop_dead(t, slot as u64, true, false);
+        pop_dead(t, slot as u64, Some(tramp), false);
     }
     let (record, flags) = hook_decision(t, func, feat);
     if (record || flags != 0) && t.shadow.has_room() {
@@ -208,23 +208,27 @@ fn altstack() -> Option<(u64, u64)> {
 }
 
 /// Pops, recording their exits now, the newest shadow frames that were
-/// unwound given that the thread runs at stack address `sp` (a stack
-/// pointer of the running code, or the mark of a frame being entered when
-/// `inclusive`: a frame with the same mark is then dead too). A frame is
-/// dead when its mark is below `sp` on the same stack, or (`leaving_alt`:
-/// an unwinder's landing frame) when it is on the alternate signal stack
-/// and `sp` is not. Frames on the thread's stack are never closed by an
-/// event on the alternate stack: the handler interrupted them. The
-/// alternate stack is only asked for (a system call) when the newest frame
-/// is a candidate.
+/// unwound given that the thread runs at stack address `sp`: a stack
+/// pointer of the running code, or the return-address slot of a function
+/// being entered when `same_slot` is given (the exit trampoline's
+/// address): a frame with the same mark is then dead too, unless its slot
+/// still holds our trampoline or its wrapper's return point (the live
+/// caller of a tail call, whose callee returns through the same slot). A
+/// frame is dead when its mark is below `sp` on the same stack, or
+/// (`leaving_alt`: an unwinder's landing frame) when it is on the
+/// alternate signal stack and `sp` is not. Frames on the thread's stack
+/// are never closed by an event on the alternate stack: the handler
+/// interrupted them. The alternate stack is only asked for (a system
+/// call) when the newest frame is a candidate.
 #[cold]
 #[inline(never)]
-pub(crate) fn pop_dead(t: &mut ThreadState, sp: u64, inclusive: bool, leaving_alt: bool) {
+pub(crate) fn pop_dead(t: &mut ThreadState, sp: u64, same_slot: Option<u64>, leaving_alt: bool) {
     let mut alt = None;
     let mut n = t.shadow.len;
     while n > 0 {
-        let m = t.shadow.frames()[n - 1].slot;
-        let below = m < sp || (inclusive && m == sp);
+        let f = t.shadow.frames()[n - 1];
+        let m = f.slot;
+        let below = m < sp || (m == sp && same_slot.is_some_and(|tr| !tail_caller(&f, tr)));
         if !below && !leaving_alt {
             break;
         }
@@ -249,6 +253,18 @@ pub(crate) fn pop_dead(t: &mut ThreadState, sp: u64, inclusive: bool, leaving_al
     pop_frames(t, n, record);
     compiler_fence(Ordering::SeqCst);
     t.busy = was_busy;
+}
+
+/// Whether `f`, whose mark is the slot a function is being entered with,
+/// is the live caller of that function's tail call: its slot is still
+/// taken over (a dead frame's slot holds the new call's return address).
+fn tail_caller(f: &Frame, tramp: u64) -> bool {
+    if f.flags & (F_SLOT | F_HIJACKED) != F_SLOT | F_HIJACKED {
+        return false;
+    }
+    // SAFETY: `f.slot` is the return-address slot of the function being
+    // entered on this thread's stack (equal marks), live and readable.
+    held_by_us(unsafe { (f.slot as *const u64).read() }, f, tramp)
 }
 
 /// Exit through a hijacked return address: `slot` is the stack slot the
@@ -295,10 +311,13 @@ fn lost_return_address(slot: u64) -> ! {
 
 /// Entry of a function that announces its exit explicitly
 /// (`__cyg_profile_func_enter`, XRay). `sp` is the frame's stack mark: its
-/// return-address slot (XRay, at the function's first instruction) or the
-/// stack pointer of its call to the hook (after the prologue).
+/// return-address slot (XRay, at the function's first instruction:
+/// `exact`, each live frame has its own) or the stack pointer of its call
+/// to the hook (cyg_profile, after the prologue: not `exact`, since the
+/// hooks of an inlined function run in its caller's frame with the
+/// caller's stack pointer).
 #[inline(always)]
-pub fn explicit_entry(func: u64, call_site: u64, sp: u64) {
+pub fn explicit_entry(func: u64, call_site: u64, sp: u64, exact: bool) {
     let t = state();
     let feat = features::features();
     // Fast path: no filters, depth limit or counting; attached, not busy,
@@ -309,7 +328,7 @@ pub fn explicit_entry(func: u64, call_site: u64, sp: u64) {
         && t.session == SESSION.load(Ordering::Relaxed)
         && t.shadow.len < shadow::CAPACITY
         && t.shadow.is_reserved()
-        && t.shadow.top_mark() > sp
+        && t.shadow.top_mark() > sp - u64::from(!exact)
     {
         t.busy = true;
         compiler_fence(Ordering::SeqCst);
@@ -319,11 +338,18 @@ pub fn explicit_entry(func: u64, call_site: u64, sp: u64) {
         t.busy = false;
         return;
     }
-    explicit_entry_slow(t, func, call_site, feat, sp)
+    explicit_entry_slow(t, func, call_site, feat, sp, exact)
 }
 
 #[inline(never)]
-fn explicit_entry_slow(t: &mut ThreadState, func: u64, call_site: u64, feat: u32, sp: u64) {
+fn explicit_entry_slow(
+    t: &mut ThreadState,
+    func: u64,
+    call_site: u64,
+    feat: u32,
+    sp: u64,
+    exact: bool,
+) {
     if feat & features::FEAT_COUNT != 0 {
         if !t.busy {
             t.busy = true;
@@ -338,7 +364,8 @@ fn explicit_entry_slow(t: &mut ThreadState, func: u64, call_site: u64, feat: u32
         return;
     }
     if t.shadow.top_mark() <= sp {
-        pop_dead(t, sp, true, false);
+        // Explicit frames never take over a slot: none is a tail caller.
+        pop_dead(t, sp, exact.then_some(0), false);
     }
     t.busy = true;
     compiler_fence(Ordering::SeqCst);
@@ -465,7 +492,7 @@ pub fn unwound_to(sp: u64) {
         if t.busy {
             return;
         }
-        pop_dead(t, sp, false, true);
+        pop_dead(t, sp, None, true);
     })
 }
 

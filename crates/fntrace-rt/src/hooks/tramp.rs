@@ -202,12 +202,15 @@ pub unsafe extern "C" fn __fentry__() {
 pub unsafe extern "C" fn __cyg_profile_func_enter(_this_fn: *mut u8, _call_site: *mut u8) {
     core::arch::naked_asm!(
         // The stack mark: the stack pointer of the function that called
-        // us (rsi is pushed).
+        // us (rsi is pushed). The newest frame's must be above it (hooks
+        // of inlined functions run with the same stack pointer as their
+        // caller's, so an equal mark is not a sign of unwinding): the
+        // comparison is with the mark minus 1.
         crate::calls::fast::fast_entry!(
             "push rsi\n",
             "mov r8, rdi\n",
             "",
-            "lea r9, [rsp + 16]\n",
+            "lea r9, [rsp + 15]\n",
             crate::calls::fast::frame_explicit!("lea r9, [rsp + 16]\n"),
             "pop rsi\nret\n",
             "pop rsi\n"
@@ -224,7 +227,7 @@ pub unsafe extern "C" fn __cyg_profile_func_enter(_this_fn: *mut u8, _call_site:
 /// Rust side of [`__cyg_profile_func_enter`]: `sp` is the stack pointer
 /// of the instrumented function at its call of the hook.
 extern "C" fn cyg_enter(this_fn: *mut u8, call_site: *mut u8, sp: u64) {
-    crate::calls::entry::explicit_entry(this_fn as u64, call_site as u64, sp)
+    crate::calls::entry::explicit_entry(this_fn as u64, call_site as u64, sp, false)
 }
 
 /// `-finstrument-functions` exit hook (the assembly fast path, then

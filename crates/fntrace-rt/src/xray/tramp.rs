@@ -74,7 +74,7 @@ extern "C" fn dispatch_entry(id: i32, kind: u32, arg1: u64, slot: u64) {
     if RECORD.load(Ordering::Relaxed) {
         let func = super::patch::function_address(id);
         if func != 0 {
-            crate::calls::entry::explicit_entry(func, 0, slot);
+            crate::calls::entry::explicit_entry(func, 0, slot, true);
         }
     }
 }
