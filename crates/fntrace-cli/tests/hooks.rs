@@ -203,45 +203,6 @@ fn cpp_exceptions_through_instrumented_frames() {
     }
 }
 
-/// The calls of `tests/hooks/unwind.cc` (4 workers × 30 rounds), checked
-/// for their callers, their depth on each thread and their number: frames
-/// left by exceptions (thrown, rethrown with `std::rethrow_exception`,
-/// through a `std::future`, from a signal handler on a `sigaltstack` above
-/// and below the thread's stack), `longjmp` and `siglongjmp` out of a
-/// handler must be closed, not left open under the next call.
-pub(crate) fn check_unwind_tree(what: &str, data: &Path) {
-    let t = common::call_tree(data);
-    let (w, r) = (4, 30);
-    let every = w * r;
-    let chains: [&[&str]; 7] = [
-        &["worker", "process", "measure", "validate"],
-        &["worker", "rethrow_top", "rethrow_mid", "rethrow_it"],
-        &["worker", "lj_top", "lj_a", "lj_b", "lj_c"],
-        &[
-            "worker", "sig_top", "sig_poke", "on_throw", "sig_a", "sig_b",
-        ],
-        &[
-            "worker",
-            "quiet_top",
-            "quiet_poke",
-            "on_quiet",
-            "quiet_leaf",
-        ],
-        &["worker", "sj_top", "sj_poke", "on_jump", "sj_a", "sj_b"],
-        &["fut_a", "fut_b", "fut_c"],
-    ];
-    for chain in chains {
-        let n = if chain[0] == "fut_a" { w * 6 } else { every };
-        for pair in chain.windows(2) {
-            t.expect(what, pair[1], Some(pair[0]), n);
-        }
-    }
-    t.expect(what, "fut_a", None, w * 6);
-    t.expect(what, "fut_wait", Some("worker"), w * 6);
-    t.expect(what, "worker", Some("start"), w);
-    assert_eq!(t.incomplete, 0, "{what}: calls without an exit");
-}
-
 #[test]
 fn unwound_frames_are_closed_on_every_mechanism() {
     let d = tempfile::tempdir().unwrap();
@@ -249,7 +210,7 @@ fn unwound_frames_are_closed_on_every_mechanism() {
         let bin = build(d.path(), "unwind.cc", &format!("uw-{name}"), flags);
         let plain = run_plain(&bin, &[]);
         assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
-        check_unwind_tree(name, &d.path().join("t.data"));
+        common::check_unwind_tree(name, &d.path().join("t.data"));
     }
 }
 
@@ -455,6 +416,32 @@ fn rust_mcount_and_patchable_caught_panics_and_backtraces() {
         assert_eq!(calls(&m, "panic::guarded"), 50, "{name}: {m:?}");
         assert_eq!(calls(&m, "panic::after"), 50, "{name}: {m:?}");
         assert_eq!(inc, 0, "{name}");
+    }
+}
+
+/// Rust panics caught by `catch_unwind` three traced frames up, on four
+/// threads, with each Rust mechanism: the frames the panic leaves are
+/// closed (checked for callers, depths and counts).
+#[test]
+fn rust_panics_close_the_frames_they_unwind() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flag) in [
+        ("mcount", "-Zinstrument-mcount"),
+        ("patchable", "-Zpatchable-function-entry=10,8"),
+        ("xray", "-Zinstrument-xray=always"),
+    ] {
+        let bin = build(d.path(), "unwind.rs", &format!("uwrs-{name}"), &[flag]);
+        let plain = run_plain(&bin, &[]);
+        assert_eq!(plain, "1972\n");
+        assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
+        let t = common::call_tree(&d.path().join("t.data"));
+        let n = 4 * 25;
+        t.expect(name, "unwind::guarded", Some("unwind::worker"), n);
+        t.expect(name, "unwind::after", Some("unwind::worker"), n);
+        t.expect(name, "unwind::pa", None, n);
+        t.expect(name, "unwind::pb", Some("unwind::pa"), n);
+        t.expect(name, "unwind::pc", Some("unwind::pb"), n);
+        assert_eq!(t.incomplete, 0, "{name}");
     }
 }
 

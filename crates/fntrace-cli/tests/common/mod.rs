@@ -164,3 +164,45 @@ impl CallTree {
         );
     }
 }
+
+/// `tests/hooks/unwind.cc`, built by the hook and XRay tests.
+pub const UNWIND_CC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hooks/unwind.cc");
+
+/// The calls of `tests/hooks/unwind.cc` (4 workers × 30 rounds), checked
+/// for their callers, their depth on each thread and their number: frames
+/// left by exceptions (thrown, rethrown with `std::rethrow_exception`,
+/// through a `std::future`, from a signal handler on a `sigaltstack` above
+/// and below the thread's stack), `longjmp` and `siglongjmp` out of a
+/// handler must be closed, not left open under the next call.
+pub fn check_unwind_tree(what: &str, data: &std::path::Path) {
+    let t = call_tree(data);
+    let (w, r) = (4, 30);
+    let every = w * r;
+    let chains: [&[&str]; 7] = [
+        &["worker", "process", "measure", "validate"],
+        &["worker", "rethrow_top", "rethrow_mid", "rethrow_it"],
+        &["worker", "lj_top", "lj_a", "lj_b", "lj_c"],
+        &[
+            "worker", "sig_top", "sig_poke", "on_throw", "sig_a", "sig_b",
+        ],
+        &[
+            "worker",
+            "quiet_top",
+            "quiet_poke",
+            "on_quiet",
+            "quiet_leaf",
+        ],
+        &["worker", "sj_top", "sj_poke", "on_jump", "sj_a", "sj_b"],
+        &["fut_a", "fut_b", "fut_c"],
+    ];
+    for chain in chains {
+        let n = if chain[0] == "fut_a" { w * 6 } else { every };
+        for pair in chain.windows(2) {
+            t.expect(what, pair[1], Some(pair[0]), n);
+        }
+    }
+    t.expect(what, "fut_a", None, w * 6);
+    t.expect(what, "fut_wait", Some("worker"), w * 6);
+    t.expect(what, "worker", Some("start"), w);
+    assert_eq!(t.incomplete, 0, "{what}: calls without an exit");
+}
