@@ -201,6 +201,13 @@ pub fn check_unwind_tree(what: &str, data: &std::path::Path) {
             t.expect(what, pair[1], Some(pair[0]), n);
         }
     }
+    for (after, top) in [
+        ("lj_after", "lj_top"),
+        ("sig_after", "sig_top"),
+        ("sj_after", "sj_top"),
+    ] {
+        t.expect(what, after, Some(top), every);
+    }
     t.expect(what, "fut_a", None, w * 6);
     t.expect(what, "fut_wait", Some("worker"), w * 6);
     t.expect(what, "worker", Some("start"), w);

@@ -7,12 +7,14 @@
 //   fut_wait: std::async(fut_a -> fut_b -> fut_c, which throws) on another
 //     thread, future::get rethrows in fut_wait, which catches (every
 //     fifth round);
-//   lj_top (setjmp) -> lj_a -> lj_b -> lj_c: longjmp back to lj_top;
+//   lj_top (setjmp) -> lj_a -> lj_b -> lj_c: longjmp back to lj_top,
+//     which calls lj_after;
 //   sig_top (catches) -> sig_poke -> raise: the handler on_throw runs on
-//     the thread's sigaltstack, calls sig_a -> sig_b, which throws;
+//     the thread's sigaltstack, calls sig_a -> sig_b, which throws; then
+//     sig_top calls sig_after;
 //   quiet_top -> quiet_poke -> raise: on_quiet -> quiet_leaf, returns;
 //   sj_top (sigsetjmp) -> sj_poke -> raise: on_jump -> sj_a -> sj_b,
-//     siglongjmp back to sj_top.
+//     siglongjmp back to sj_top, which calls sj_after.
 // Half of the workers run on a stack in .bss with their alternate signal
 // stack from mmap (above the thread's stack), the other half the other way
 // round (a stack from mmap, the alternate stack in .bss, below it).
@@ -78,12 +80,13 @@ static thread_local jmp_buf lj_buf;
 NI void lj_c(int i) { longjmp(lj_buf, i + 1); }
 NI void lj_b(int i) { lj_c(i); }
 NI void lj_a(int i) { lj_b(i); }
+NI int lj_after(int i) { return i & 1; }
 NI int lj_top(int i) {
     if (setjmp(lj_buf) == 0) {
         lj_a(i);
         return 0;
     }
-    return 1;
+    return lj_after(i) + 1;
 }
 
 NI int sig_b(int i) {
@@ -93,13 +96,14 @@ NI int sig_b(int i) {
 NI int sig_a(int i) { return sig_b(i) + 1; }
 NI void on_throw(int sig) { sig_a(sig); }
 NI void sig_poke() { raise_may_throw(SIGUSR1); }
+NI int sig_after(int i) { return i & 1; }
 NI int sig_top() {
     try {
         sig_poke();
         return 0;
     } catch (const Bad &) {
-        return 1;
     }
+    return sig_after(3);
 }
 
 static thread_local volatile int quiet_calls;
@@ -116,12 +120,13 @@ NI void sj_b(int sig) { siglongjmp(sj_buf, sig); }
 NI void sj_a(int sig) { sj_b(sig); }
 NI void on_jump(int sig) { sj_a(sig); }
 NI void sj_poke() { raise_may_throw(SIGALRM); }
+NI int sj_after(int i) { return i & 1; }
 NI int sj_top() {
     if (sigsetjmp(sj_buf, 1) == 0) {
         sj_poke();
         return 0;
     }
-    return 1;
+    return sj_after(3);
 }
 
 static char bss_stacks[WORKERS][STACK] __attribute__((aligned(4096)));

@@ -496,6 +496,30 @@ pub fn unwound_to(sp: u64) {
     })
 }
 
+/// A `longjmp` is about to resume at stack pointer `target`: the frames
+/// below it (on the same stack, or on the alternate signal stack being
+/// left) are gone, and their exits are recorded now. A target that is not
+/// plausible — misaligned, or neither at most 1 GiB above the running code
+/// on its stack nor off the alternate stack the code runs on — is ignored
+/// (the frames are then closed at the thread's next event).
+pub fn jumping_to(target: u64) {
+    let here_mark = 0u8;
+    let here = core::ptr::addr_of!(here_mark) as u64;
+    with_state(|t| {
+        if t.busy || target % 8 != 0 || t.shadow.len == 0 {
+            return;
+        }
+        let up = target >= here && target - here < 1 << 30;
+        if !up {
+            let alt = altstack();
+            if !(on_alt(alt, here) && !on_alt(alt, target)) {
+                return;
+            }
+        }
+        pop_dead(t, target, None, true);
+    })
+}
+
 /// Starts a stack walk (a backtrace): original return addresses are put
 /// back and stay there, even while code called by the walker runs, until
 /// [`end_walk`].
