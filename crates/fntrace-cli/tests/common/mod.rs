@@ -92,6 +92,8 @@ pub struct CallTree {
     pub depths: std::collections::HashMap<String, std::collections::BTreeSet<(u32, usize)>>,
     /// Calls whose exit was not recorded.
     pub incomplete: u64,
+    /// (innermost open function, "NAME TEXT") → markers.
+    pub markers: std::collections::HashMap<(String, String), u64>,
 }
 
 /// Reads the call structure of the trace at `path` (which must be
@@ -118,7 +120,17 @@ pub fn call_tree(path: &std::path::Path) -> CallTree {
                 .insert((self.tid, depth));
             self.open.push(name);
         }
-        fn call(&mut self, _c: &Call) {}
+        fn call(&mut self, c: &Call) {
+            self.open.truncate(c.depth);
+        }
+        fn marker(&mut self, name: &str, text: &str, _tsc: u64) {
+            let at = self.open.last().cloned().unwrap_or_default();
+            *self
+                .tree
+                .markers
+                .entry((at, format!("{name} {text}")))
+                .or_default() += 1;
+        }
     }
     let t = fntrace_format::Trace::open(path).unwrap();
     assert!(t.damage().is_empty(), "{:?}", t.damage());
@@ -209,6 +221,22 @@ pub fn check_unwind_tree(what: &str, data: &std::path::Path) {
         t.expect(what, after, Some(top), every);
     }
     t.expect(what, "fut_a", None, w * 6);
+    // Where each exception was caught, and its type.
+    for (at, n) in [
+        ("worker", w * 10 + every),
+        ("sig_top", every),
+        ("fut_wait", w * 6),
+    ] {
+        let k = t
+            .markers
+            .get(&(at.to_string(), "exception caught Bad".to_string()));
+        assert_eq!(
+            k,
+            Some(&n),
+            "{what}: exceptions caught in {at}: {:?}",
+            t.markers
+        );
+    }
     t.expect(what, "fut_wait", Some("worker"), w * 6);
     t.expect(what, "worker", Some("start"), w);
     assert_eq!(t.incomplete, 0, "{what}: calls without an exit");

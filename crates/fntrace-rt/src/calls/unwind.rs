@@ -20,11 +20,16 @@
 //!   when they leave a signal handler's alternate stack.
 //! - `_Unwind_Backtrace` and glibc's `backtrace` run with the original
 //!   addresses and re-hijack right after.
+//! - `__cxa_begin_catch` (a C++ handler is entered) writes a marker
+//!   `exception` with the caught type (`caught std::runtime_error`) into
+//!   the thread's stream while a session records: `replay` shows it
+//!   inside the function that caught, after the exits of the frames the
+//!   exception left.
 //!
 //! The real functions are found with `dlsym(RTLD_NEXT)`.
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use super::tramp::exit_trampoline_addr;
 
@@ -80,6 +85,12 @@ static LONGJMP: Next = Next::new(b"longjmp\0");
 static LONGJMP_UNDERSCORE: Next = Next::new(b"_longjmp\0");
 static SIGLONGJMP: Next = Next::new(b"siglongjmp\0");
 static LONGJMP_CHK: Next = Next::new(b"__longjmp_chk\0");
+static BEGIN_CATCH: Next = Next::new(b"__cxa_begin_catch\0");
+/// `__cxa_current_exception_type` (libstdc++), looked up once; null when
+/// not found.
+static CURRENT_TYPE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+/// `CURRENT_TYPE` was looked up.
+static CURRENT_TYPE_DONE: AtomicBool = AtomicBool::new(false);
 
 fn restore() {
     crate::calls::entry::restore_return_addresses(exit_trampoline_addr());
@@ -325,4 +336,66 @@ pub unsafe extern "C" fn siglongjmp(env: *mut c_void, val: c_int) -> ! {
 pub unsafe extern "C" fn __longjmp_chk(env: *mut c_void, val: c_int) -> ! {
     // SAFETY: forwarded contract.
     unsafe { jump(&LONGJMP_CHK, env, val) }
+}
+
+/// Interposed `__cxa_begin_catch`: a C++ handler is being entered. While
+/// a session records, a marker `exception` with the caught type goes into
+/// the thread's stream (the frames the exception left were closed when
+/// its landing pad was installed).
+///
+/// # Safety
+/// Called by C++ landing pads with the exception being caught.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __cxa_begin_catch(e: *mut c_void) -> *mut c_void {
+    // SAFETY: the real function has this signature.
+    let r = unsafe {
+        let f: unsafe extern "C" fn(*mut c_void) -> *mut c_void =
+            core::mem::transmute(BEGIN_CATCH.get());
+        f(e)
+    };
+    if crate::recorder::is_active() {
+        caught();
+    }
+    r
+}
+
+/// Writes the `exception` marker of the exception just caught.
+#[cold]
+#[inline(never)]
+fn caught() {
+    if !CURRENT_TYPE_DONE.load(Ordering::Acquire) {
+        // SAFETY: NUL-terminated name; dlsym is thread-safe.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"__cxa_current_exception_type".as_ptr()) };
+        CURRENT_TYPE.store(p, Ordering::Release);
+        CURRENT_TYPE_DONE.store(true, Ordering::Release);
+    }
+    let p = CURRENT_TYPE.load(Ordering::Acquire);
+    let mut text = String::from("caught ");
+    if p.is_null() {
+        text.push_str("an exception");
+    } else {
+        // SAFETY: `std::type_info *__cxa_current_exception_type()`, null for
+        // a foreign exception; a `type_info` is a vtable pointer followed by
+        // its NUL-terminated mangled name.
+        let name = unsafe {
+            let f: unsafe extern "C" fn() -> *const *const core::ffi::c_char =
+                core::mem::transmute(p);
+            let ti = f();
+            if ti.is_null() {
+                None
+            } else {
+                Some(core::ffi::CStr::from_ptr(ti.add(1).read()))
+            }
+        };
+        match name.and_then(|n| n.to_str().ok()) {
+            Some(n) => {
+                // `*` marks a type local to its translation unit.
+                let n = n.trim_start_matches('*');
+                let d = crate::procinfo::demangle(&format!("_ZTS{n}"));
+                text.push_str(d.strip_prefix("typeinfo name for ").unwrap_or(n));
+            }
+            None => text.push_str("a foreign exception"),
+        }
+    }
+    crate::recorder::record_marker("exception", &text);
 }
