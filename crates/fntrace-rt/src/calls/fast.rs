@@ -280,11 +280,11 @@ macro_rules! fast_entry {
             "test rax, rax\n",
             "je 89f\n",
             // The newest frame's mark (the sentinel's when empty) must be
-            // above the new frame's.
-            "mov rdx, rcx\n",
-            "shl rdx, 5\n",
+            // above the new frame's (rcx, the length, is loaded again for
+            // the push).
+            "shl rcx, 5\n",
             $mark,
-            "cmp qword ptr [rax + rdx - 24], r9\n",
+            "cmp qword ptr [rax + rcx - 24], r9\n",
             "jbe 89f\n",
             $crate::calls::fast::fast_delta!(),
             "cmp r8, qword ptr [r11 + ",
