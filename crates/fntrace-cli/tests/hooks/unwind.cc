@@ -17,7 +17,10 @@
 //     siglongjmp back to sj_top, which calls sj_after.
 // Half of the workers run on a stack in .bss with their alternate signal
 // stack from mmap (above the thread's stack), the other half the other way
-// round (a stack from mmap, the alternate stack in .bss, below it).
+// round (a stack from mmap, the alternate stack in .bss, below it). Workers
+// 2 and 3 set their alternate stack with SS_AUTODISARM (the kernel reports
+// it disabled while a handler runs on it; a handler left by an exception
+// or siglongjmp leaves it disarmed, so they set it again every round).
 #include <csetjmp>
 #include <csignal>
 #include <cstdio>
@@ -27,6 +30,10 @@
 #include <pthread.h>
 #include <stdexcept>
 #include <sys/mman.h>
+
+#ifndef SS_AUTODISARM
+#define SS_AUTODISARM (1U << 31)
+#endif
 
 #define NI __attribute__((noinline, used)) __attribute__((NOIPA))
 #ifdef __clang__
@@ -147,6 +154,7 @@ NI long worker(Job *job) {
     else
         ss.ss_sp = mmap(nullptr, STACK, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (job->index >= 2) ss.ss_flags = SS_AUTODISARM;
     if (ss.ss_sp == MAP_FAILED || sigaltstack(&ss, nullptr) != 0) {
         std::perror("sigaltstack");
         return -1000000;
@@ -154,6 +162,10 @@ NI long worker(Job *job) {
     long s = 0;
     std::exception_ptr p = std::make_exception_ptr(Bad());
     for (int i = 0; i < ROUNDS; i++) {
+        if (job->index >= 2 && sigaltstack(&ss, nullptr) != 0) {
+            std::perror("sigaltstack");
+            return -1000000;
+        }
         try {
             s += process(i);
         } catch (const Bad &) {

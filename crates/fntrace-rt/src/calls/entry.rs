@@ -189,9 +189,14 @@ fn on_alt(alt: Option<(u64, u64)>, a: u64) -> bool {
 }
 
 /// The calling thread's alternate signal stack (lowest and highest
-/// address), if one is set. Async-signal-safe (one system call).
+/// address), if one is set: as the thread last set it through the
+/// interposed `sigaltstack` ([`set_altstack`]), else as the kernel reports
+/// it. Async-signal-safe (at most one system call).
 #[cold]
-fn altstack() -> Option<(u64, u64)> {
+fn altstack(t: &ThreadState) -> Option<(u64, u64)> {
+    if t.shadow.alt_known {
+        return (t.shadow.alt_hi > t.shadow.alt_lo).then_some((t.shadow.alt_lo, t.shadow.alt_hi));
+    }
     // SAFETY: all-zero is a valid `stack_t`; `sigaltstack` with a null new
     // stack only writes the current one into `ss`.
     unsafe {
@@ -205,6 +210,17 @@ fn altstack() -> Option<(u64, u64)> {
         let lo = ss.ss_sp as u64;
         Some((lo, lo + ss.ss_size as u64))
     }
+}
+
+/// The calling thread has set its alternate signal stack to `lo..lo +
+/// size` (`None`: disabled) through `sigaltstack`.
+pub fn set_altstack(stack: Option<(u64, u64)>) {
+    with_state(|t| {
+        let (lo, size) = stack.unwrap_or((0, 0));
+        t.shadow.alt_lo = lo;
+        t.shadow.alt_hi = lo + size;
+        t.shadow.alt_known = true;
+    })
 }
 
 /// Pops, recording their exits now, the newest shadow frames that were
@@ -232,7 +248,7 @@ pub(crate) fn pop_dead(t: &mut ThreadState, sp: u64, same_slot: Option<u64>, lea
         if !below && !leaving_alt {
             break;
         }
-        let a = *alt.get_or_insert_with(altstack);
+        let a = *alt.get_or_insert_with(|| altstack(t));
         let dead = if on_alt(a, m) == on_alt(a, sp) {
             below
         } else {
@@ -511,8 +527,8 @@ pub fn jumping_to(target: u64) {
         }
         let up = target >= here && target - here < 1 << 30;
         if !up {
-            let alt = altstack();
-            if !(on_alt(alt, here) && !on_alt(alt, target)) {
+            let alt = altstack(t);
+            if !on_alt(alt, here) || on_alt(alt, target) {
                 return;
             }
         }

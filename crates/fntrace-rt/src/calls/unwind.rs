@@ -20,6 +20,9 @@
 //!   when they leave a signal handler's alternate stack.
 //! - `_Unwind_Backtrace` and glibc's `backtrace` run with the original
 //!   addresses and re-hijack right after.
+//! - `sigaltstack` remembers the thread's alternate signal stack, so that
+//!   stack marks are compared on the same stack only (the kernel reports
+//!   an `SS_AUTODISARM` stack as disabled while its handler runs).
 //! - `__cxa_begin_catch` (a C++ handler is entered) writes a marker
 //!   `exception` with the caught type (`caught std::runtime_error`) into
 //!   the thread's stream while a session records: `replay` shows it
@@ -86,6 +89,7 @@ static LONGJMP_UNDERSCORE: Next = Next::new(b"_longjmp\0");
 static SIGLONGJMP: Next = Next::new(b"siglongjmp\0");
 static LONGJMP_CHK: Next = Next::new(b"__longjmp_chk\0");
 static BEGIN_CATCH: Next = Next::new(b"__cxa_begin_catch\0");
+static SIGALTSTACK: Next = Next::new(b"sigaltstack\0");
 /// `__cxa_current_exception_type` (libstdc++), looked up once; null when
 /// not found.
 static CURRENT_TYPE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
@@ -398,4 +402,27 @@ fn caught() {
         }
     }
     crate::recorder::record_marker("exception", &text);
+}
+
+/// Interposed `sigaltstack`: the new alternate stack of the thread is
+/// remembered for comparing stack marks (see `calls::entry`).
+///
+/// # Safety
+/// As `sigaltstack`: `ss` and `old` are null or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigaltstack(ss: *const libc::stack_t, old: *mut libc::stack_t) -> c_int {
+    // SAFETY: the real function has this signature; the caller's pointers.
+    let r = unsafe {
+        let f: unsafe extern "C" fn(*const libc::stack_t, *mut libc::stack_t) -> c_int =
+            core::mem::transmute(SIGALTSTACK.get());
+        f(ss, old)
+    };
+    if r == 0 && !ss.is_null() {
+        // SAFETY: `ss` is valid (the call succeeded with it).
+        let s = unsafe { &*ss };
+        let stack = (s.ss_flags & libc::SS_DISABLE == 0 && s.ss_size > 0)
+            .then(|| (s.ss_sp as u64, s.ss_size as u64));
+        crate::calls::entry::set_altstack(stack);
+    }
+    r
 }

@@ -90,6 +90,15 @@ pub(crate) struct Shadow {
     pub walking: u32,
     /// The reservation failed; never try again.
     failed: bool,
+    /// The alternate signal stack the thread set through `sigaltstack`
+    /// (interposed): `alt_lo..=alt_hi`, empty when none. Remembered
+    /// because the kernel reports an `SS_AUTODISARM` stack as disabled
+    /// while its handler runs.
+    pub alt_lo: u64,
+    /// See `alt_lo`.
+    pub alt_hi: u64,
+    /// `alt_lo`/`alt_hi` are known (else the kernel is asked).
+    pub alt_known: bool,
 }
 
 impl Shadow {
