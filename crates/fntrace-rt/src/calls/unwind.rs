@@ -421,7 +421,7 @@ pub unsafe extern "C" fn sigaltstack(ss: *const libc::stack_t, old: *mut libc::s
         // SAFETY: `ss` is valid (the call succeeded with it).
         let s = unsafe { &*ss };
         let stack = (s.ss_flags & libc::SS_DISABLE == 0 && s.ss_size > 0)
-            .then(|| (s.ss_sp as u64, s.ss_size as u64));
+            .then_some((s.ss_sp as u64, s.ss_size as u64));
         crate::calls::entry::set_altstack(stack);
     }
     r
