@@ -432,12 +432,13 @@ fn rust_panics_close_the_frames_they_unwind() {
     ] {
         let bin = build(d.path(), "unwind.rs", &format!("uwrs-{name}"), &[flag]);
         let plain = run_plain(&bin, &[]);
-        assert_eq!(plain, "1972\n");
+        assert_eq!(plain, "2020\n");
         assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
         let t = common::call_tree(&d.path().join("t.data"));
         let n = 4 * 25;
         t.expect(name, "unwind::guarded", Some("unwind::worker"), n);
         t.expect(name, "unwind::after", Some("unwind::worker"), n);
+        t.expect(name, "unwind::noted", Some("unwind::guarded"), n);
         t.expect(name, "unwind::pa", None, n);
         t.expect(name, "unwind::pb", Some("unwind::pa"), n);
         t.expect(name, "unwind::pc", Some("unwind::pb"), n);

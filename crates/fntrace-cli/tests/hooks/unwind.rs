@@ -1,6 +1,6 @@
 // Rust panics caught by `catch_unwind` three traced frames up, on four
 // threads: every other round `pc` panics through `pb` and `pa` into the
-// `catch_unwind` of `guarded`.
+// `catch_unwind` of `guarded`, which then calls `noted`.
 use std::hint::black_box;
 
 const THREADS: u32 = 4;
@@ -25,8 +25,16 @@ fn pa(i: u32) -> u32 {
 }
 
 #[inline(never)]
+fn noted(i: u32) -> u32 {
+    black_box(i) & 1
+}
+
+#[inline(never)]
 fn guarded(i: u32) -> u32 {
-    std::panic::catch_unwind(|| pa(black_box(i))).unwrap_or(0)
+    let r = std::panic::catch_unwind(|| pa(black_box(i)));
+    // A traced call between the catch and the return: its caller must be
+    // this function, not a frame the panic left.
+    noted(black_box(i)) + r.unwrap_or(0)
 }
 
 #[inline(never)]
