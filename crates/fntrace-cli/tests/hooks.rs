@@ -204,6 +204,17 @@ fn cpp_exceptions_through_instrumented_frames() {
 }
 
 #[test]
+fn unwound_frames_are_closed_on_every_mechanism() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in C_MODES {
+        let bin = build(d.path(), "unwind.cc", &format!("uw-{name}"), flags);
+        let plain = run_plain(&bin, &[]);
+        assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
+        common::check_unwind_tree(name, &d.path().join("t.data"));
+    }
+}
+
+#[test]
 fn eight_threads_fork_exec_and_deep_recursion() {
     let d = tempfile::tempdir().unwrap();
     for (name, flags) in C_MODES {
@@ -405,6 +416,33 @@ fn rust_mcount_and_patchable_caught_panics_and_backtraces() {
         assert_eq!(calls(&m, "panic::guarded"), 50, "{name}: {m:?}");
         assert_eq!(calls(&m, "panic::after"), 50, "{name}: {m:?}");
         assert_eq!(inc, 0, "{name}");
+    }
+}
+
+/// Rust panics caught by `catch_unwind` three traced frames up, on four
+/// threads, with each Rust mechanism: the frames the panic leaves are
+/// closed (checked for callers, depths and counts).
+#[test]
+fn rust_panics_close_the_frames_they_unwind() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flag) in [
+        ("mcount", "-Zinstrument-mcount"),
+        ("patchable", "-Zpatchable-function-entry=10,8"),
+        ("xray", "-Zinstrument-xray=always"),
+    ] {
+        let bin = build(d.path(), "unwind.rs", &format!("uwrs-{name}"), &[flag]);
+        let plain = run_plain(&bin, &[]);
+        assert_eq!(plain, "2020\n");
+        assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
+        let t = common::call_tree(&d.path().join("t.data"));
+        let n = 4 * 25;
+        t.expect(name, "unwind::guarded", Some("unwind::worker"), n);
+        t.expect(name, "unwind::after", Some("unwind::worker"), n);
+        t.expect(name, "unwind::noted", Some("unwind::guarded"), n);
+        t.expect(name, "unwind::pa", None, n);
+        t.expect(name, "unwind::pb", Some("unwind::pa"), n);
+        t.expect(name, "unwind::pc", Some("unwind::pb"), n);
+        assert_eq!(t.incomplete, 0, "{name}");
     }
 }
 

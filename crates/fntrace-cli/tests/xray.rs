@@ -117,6 +117,33 @@ fn clang_and_rustc_xray_builds_record_and_llvm_xray_reads_the_export() {
     }
 }
 
+/// Frames left by exceptions, `longjmp` and signal handlers on several
+/// threads (`tests/hooks/unwind.cc`): XRay has no exit event for them, so
+/// the runtime closes them (at the landing pad, the `longjmp`, or the next
+/// event); checked for callers, depths and counts.
+#[test]
+fn unwound_frames_are_closed() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = d.path().join("unwind-xray");
+    run(
+        "clang++-14",
+        &[
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+            bin.to_str().unwrap(),
+            common::UNWIND_CC,
+            "-lpthread",
+        ],
+    );
+    let plain = run(bin.to_str().unwrap(), &[]);
+    let (out, data) = record(d.path(), &bin, &[]);
+    assert_eq!(out, plain);
+    common::check_unwind_tree("xray", &data);
+}
+
 #[test]
 fn compiler_rt_api_program_behaves_the_same_on_fntrace() {
     let d = tempfile::tempdir().unwrap();

@@ -80,3 +80,164 @@ pub fn tool(tool: &str, args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// The call structure of a trace: for every function (demangled name
+/// without its argument list), the callers its calls had, the depths they
+/// were at on each thread, and the calls without a recorded exit.
+#[derive(Debug, Default)]
+pub struct CallTree {
+    /// (caller, callee) → calls; the caller of an outermost call is "".
+    pub edges: std::collections::HashMap<(String, String), u64>,
+    /// Function → the (thread, depth) pairs its calls were at.
+    pub depths: std::collections::HashMap<String, std::collections::BTreeSet<(u32, usize)>>,
+    /// Calls whose exit was not recorded.
+    pub incomplete: u64,
+    /// (innermost open function, "NAME TEXT") → markers.
+    pub markers: std::collections::HashMap<(String, String), u64>,
+}
+
+/// Reads the call structure of the trace at `path` (which must be
+/// undamaged).
+pub fn call_tree(path: &std::path::Path) -> CallTree {
+    use fntrace_cli::analysis::{Call, Visitor, walk_thread};
+    struct V<'a, 'm> {
+        sym: fntrace_cli::symbols::Symbolizer<'m>,
+        tid: u32,
+        open: Vec<String>,
+        tree: &'a mut CallTree,
+    }
+    impl Visitor for V<'_, '_> {
+        fn enter(&mut self, func: u64, depth: usize, _tsc: u64) {
+            let full = self.sym.name(func);
+            let name = full.split('(').next().unwrap_or(full).to_string();
+            self.open.truncate(depth);
+            let caller = self.open.last().cloned().unwrap_or_default();
+            *self.tree.edges.entry((caller, name.clone())).or_default() += 1;
+            self.tree
+                .depths
+                .entry(name.clone())
+                .or_default()
+                .insert((self.tid, depth));
+            self.open.push(name);
+        }
+        fn call(&mut self, c: &Call) {
+            self.open.truncate(c.depth);
+        }
+        fn marker(&mut self, name: &str, text: &str, _tsc: u64) {
+            let at = self.open.last().cloned().unwrap_or_default();
+            *self
+                .tree
+                .markers
+                .entry((at, format!("{name} {text}")))
+                .or_default() += 1;
+        }
+    }
+    let t = fntrace_format::Trace::open(path).unwrap();
+    assert!(t.damage().is_empty(), "{:?}", t.damage());
+    let mut tree = CallTree::default();
+    for tid in t.thread_ids() {
+        let mut v = V {
+            sym: fntrace_cli::symbols::Symbolizer::new(t.metadata()),
+            tid,
+            open: Vec::new(),
+            tree: &mut tree,
+        };
+        let s = walk_thread(&t, tid, &mut v);
+        tree.incomplete += s.incomplete;
+    }
+    tree
+}
+
+impl CallTree {
+    /// Checks that every call of `callee` came from `caller` (`None`: any
+    /// caller), `n` calls in all, each thread's calls at one depth.
+    pub fn expect(&self, what: &str, callee: &str, caller: Option<&str>, n: u64) {
+        let callers: Vec<(&str, u64)> = self
+            .edges
+            .iter()
+            .filter(|((_, c), _)| c == callee)
+            .map(|((p, _), k)| (p.as_str(), *k))
+            .collect();
+        let total: u64 = callers.iter().map(|c| c.1).sum();
+        assert_eq!(total, n, "{what}: calls of {callee} (callers {callers:?})");
+        if let Some(caller) = caller {
+            assert_eq!(
+                callers,
+                [(caller, n)],
+                "{what}: callers of {callee} (expected only {caller})"
+            );
+        }
+        let depths = &self.depths[callee];
+        let threads: std::collections::BTreeSet<u32> = depths.iter().map(|d| d.0).collect();
+        assert_eq!(
+            threads.len(),
+            depths.len(),
+            "{what}: {callee} at several depths on one thread: {depths:?}"
+        );
+    }
+}
+
+/// `tests/hooks/unwind.cc`, built by the hook and XRay tests.
+pub const UNWIND_CC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hooks/unwind.cc");
+
+/// The calls of `tests/hooks/unwind.cc` (4 workers × 30 rounds), checked
+/// for their callers, their depth on each thread and their number: frames
+/// left by exceptions (thrown, rethrown with `std::rethrow_exception`,
+/// through a `std::future`, from a signal handler on a `sigaltstack` above
+/// and below the thread's stack), `longjmp` and `siglongjmp` out of a
+/// handler must be closed, not left open under the next call.
+pub fn check_unwind_tree(what: &str, data: &std::path::Path) {
+    let t = call_tree(data);
+    let (w, r) = (4, 30);
+    let every = w * r;
+    let chains: [&[&str]; 7] = [
+        &["worker", "process", "measure", "validate"],
+        &["worker", "rethrow_top", "rethrow_mid", "rethrow_it"],
+        &["worker", "lj_top", "lj_a", "lj_b", "lj_c"],
+        &[
+            "worker", "sig_top", "sig_poke", "on_throw", "sig_a", "sig_b",
+        ],
+        &[
+            "worker",
+            "quiet_top",
+            "quiet_poke",
+            "on_quiet",
+            "quiet_leaf",
+        ],
+        &["worker", "sj_top", "sj_poke", "on_jump", "sj_a", "sj_b"],
+        &["fut_a", "fut_b", "fut_c"],
+    ];
+    for chain in chains {
+        let n = if chain[0] == "fut_a" { w * 6 } else { every };
+        for pair in chain.windows(2) {
+            t.expect(what, pair[1], Some(pair[0]), n);
+        }
+    }
+    for (after, top) in [
+        ("lj_after", "lj_top"),
+        ("sig_after", "sig_top"),
+        ("sj_after", "sj_top"),
+    ] {
+        t.expect(what, after, Some(top), every);
+    }
+    t.expect(what, "fut_a", None, w * 6);
+    // Where each exception was caught, and its type.
+    for (at, n) in [
+        ("worker", w * 10 + every),
+        ("sig_top", every),
+        ("fut_wait", w * 6),
+    ] {
+        let k = t
+            .markers
+            .get(&(at.to_string(), "exception caught Bad".to_string()));
+        assert_eq!(
+            k,
+            Some(&n),
+            "{what}: exceptions caught in {at}: {:?}",
+            t.markers
+        );
+    }
+    t.expect(what, "fut_wait", Some("worker"), w * 6);
+    t.expect(what, "worker", Some("start"), w);
+    assert_eq!(t.incomplete, 0, "{what}: calls without an exit");
+}

@@ -5,12 +5,31 @@
 //! by an exception, and putting return addresses back for unwinders and
 //! backtraces. Filter, argument and counting decisions are asked of the
 //! policy layer; events are written by the sink (`recorder`).
+//!
+//! Unwound frames. Every shadow frame has a stack mark (its return-address
+//! slot, or the stack pointer of its entry event), and a callee's mark is
+//! below its caller's. Frames that an exception, a panic or `longjmp`
+//! leaves are closed (their exits recorded) at the first of:
+//! - the landing pad being installed (`_Unwind_SetIP`, [`unwound_to`]):
+//!   the frames whose marks are below the landing frame's stack pointer;
+//! - the next entry on the thread (a frame whose mark is at or below the
+//!   new frame's cannot be its caller) or the next exit (frames below the
+//!   exiting one's mark). The assembly fast path only compares the newest
+//!   frame's mark and leaves the rest to [`pop_dead`].
+//!
+//! Marks are only compared on the same stack: a signal handler running on
+//! a `sigaltstack` above the thread's stack does not close the frames it
+//! interrupted, and frames left on the alternate stack (a handler that
+//! threw or `siglongjmp`ed out) are closed once an event comes from
+//! outside it.
 
 use std::sync::atomic::{Ordering, compiler_fence};
 
 use fntrace_format::event::Framed;
 
-use crate::recorder::shadow::{self, F_HIJACKED, F_NOTRACE, F_RECORDED, F_RETVAL, F_TRACE, Frame};
+use crate::recorder::shadow::{
+    self, F_HIJACKED, F_NOTRACE, F_RECORDED, F_RETVAL, F_SLOT, F_TRACE, Frame,
+};
 use crate::recorder::{self, SESSION, ThreadState, state, with_state};
 use crate::{args, count, features, filter};
 
@@ -76,6 +95,9 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64, regs: *const u64
     if t.shadow.restored && t.shadow.walking == 0 {
         resync(t, tramp);
     }
+    if t.shadow.top_mark() <= slot as u64 {
+        pop_dead(t, slot as u64, Some(tramp), false);
+    }
     let (record, flags) = hook_decision(t, func, feat);
     if (record || flags != 0) && t.shadow.has_room() {
         // SAFETY: by the caller's contract `slot` is the live return
@@ -96,8 +118,12 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64, regs: *const u64
             t.notrace_regions += 1;
         }
         let rec = if record { F_RECORDED } else { 0 };
-        t.shadow
-            .push(Frame::new(ret, slot as u64, func, flags | rec | F_HIJACKED));
+        t.shadow.push(Frame::new(
+            ret,
+            slot as u64,
+            func,
+            flags | rec | F_HIJACKED | F_SLOT,
+        ));
         // SAFETY: as above; the original is kept in the shadow frame.
         unsafe { slot.write(tramp) };
     } else if record {
@@ -157,6 +183,106 @@ fn pop_frames(t: &mut ThreadState, from: usize, record: bool) {
     }
 }
 
+/// Whether stack address `a` is on the alternate signal stack `alt`.
+fn on_alt(alt: Option<(u64, u64)>, a: u64) -> bool {
+    alt.is_some_and(|(lo, hi)| a >= lo && a <= hi)
+}
+
+/// The calling thread's alternate signal stack (lowest and highest
+/// address), if one is set: as the thread last set it through the
+/// interposed `sigaltstack` ([`set_altstack`]), else as the kernel reports
+/// it. Async-signal-safe (at most one system call).
+#[cold]
+fn altstack(t: &ThreadState) -> Option<(u64, u64)> {
+    if t.shadow.alt_known {
+        return (t.shadow.alt_hi > t.shadow.alt_lo).then_some((t.shadow.alt_lo, t.shadow.alt_hi));
+    }
+    // SAFETY: all-zero is a valid `stack_t`; `sigaltstack` with a null new
+    // stack only writes the current one into `ss`.
+    unsafe {
+        let mut ss: libc::stack_t = core::mem::zeroed();
+        if libc::sigaltstack(core::ptr::null(), &mut ss) != 0
+            || ss.ss_flags & libc::SS_DISABLE != 0
+            || ss.ss_size == 0
+        {
+            return None;
+        }
+        let lo = ss.ss_sp as u64;
+        Some((lo, lo + ss.ss_size as u64))
+    }
+}
+
+/// The calling thread has set its alternate signal stack to `lo..lo +
+/// size` (`None`: disabled) through `sigaltstack`.
+pub fn set_altstack(stack: Option<(u64, u64)>) {
+    with_state(|t| {
+        let (lo, size) = stack.unwrap_or((0, 0));
+        t.shadow.alt_lo = lo;
+        t.shadow.alt_hi = lo + size;
+        t.shadow.alt_known = true;
+    })
+}
+
+/// Pops, recording their exits now, the newest shadow frames that were
+/// unwound given that the thread runs at stack address `sp`: a stack
+/// pointer of the running code, or the return-address slot of a function
+/// being entered when `same_slot` is given (the exit trampoline's
+/// address): a frame with the same mark is then dead too, unless its slot
+/// still holds our trampoline or its wrapper's return point (the live
+/// caller of a tail call, whose callee returns through the same slot). A
+/// frame is dead when its mark is below `sp` on the same stack, or
+/// (`leaving_alt`: an unwinder's landing frame) when it is on the
+/// alternate signal stack and `sp` is not. Frames on the thread's stack
+/// are never closed by an event on the alternate stack: the handler
+/// interrupted them. The alternate stack is only asked for (a system
+/// call) when the newest frame is a candidate.
+#[cold]
+#[inline(never)]
+pub(crate) fn pop_dead(t: &mut ThreadState, sp: u64, same_slot: Option<u64>, leaving_alt: bool) {
+    let mut alt = None;
+    let mut n = t.shadow.len;
+    while n > 0 {
+        let f = t.shadow.frames()[n - 1];
+        let m = f.slot;
+        let below = m < sp || (m == sp && same_slot.is_some_and(|tr| !tail_caller(&f, tr)));
+        if !below && !leaving_alt {
+            break;
+        }
+        let a = *alt.get_or_insert_with(|| altstack(t));
+        let dead = if on_alt(a, m) == on_alt(a, sp) {
+            below
+        } else {
+            on_alt(a, m)
+        };
+        if !dead {
+            break;
+        }
+        n -= 1;
+    }
+    if n == t.shadow.len {
+        return;
+    }
+    let record = t.session == SESSION.load(Ordering::Relaxed);
+    let was_busy = t.busy;
+    t.busy = true;
+    compiler_fence(Ordering::SeqCst);
+    pop_frames(t, n, record);
+    compiler_fence(Ordering::SeqCst);
+    t.busy = was_busy;
+}
+
+/// Whether `f`, whose mark is the slot a function is being entered with,
+/// is the live caller of that function's tail call: its slot is still
+/// taken over (a dead frame's slot holds the new call's return address).
+fn tail_caller(f: &Frame, tramp: u64) -> bool {
+    if f.flags & (F_SLOT | F_HIJACKED) != F_SLOT | F_HIJACKED {
+        return false;
+    }
+    // SAFETY: `f.slot` is the return-address slot of the function being
+    // entered on this thread's stack (equal marks), live and readable.
+    held_by_us(unsafe { (f.slot as *const u64).read() }, f, tramp)
+}
+
 /// Exit through a hijacked return address: `slot` is the stack slot the
 /// trampoline was returned from. Pops the matching shadow frame (and any
 /// newer ones, skipped by `longjmp`) and returns the original return
@@ -200,33 +326,46 @@ fn lost_return_address(slot: u64) -> ! {
 }
 
 /// Entry of a function that announces its exit explicitly
-/// (`__cyg_profile_func_enter`).
+/// (`__cyg_profile_func_enter`, XRay). `sp` is the frame's stack mark: its
+/// return-address slot (XRay, at the function's first instruction:
+/// `exact`, each live frame has its own) or the stack pointer of its call
+/// to the hook (cyg_profile, after the prologue: not `exact`, since the
+/// hooks of an inlined function run in its caller's frame with the
+/// caller's stack pointer).
 #[inline(always)]
-pub fn explicit_entry(func: u64, call_site: u64) {
+pub fn explicit_entry(func: u64, call_site: u64, sp: u64, exact: bool) {
     let t = state();
     let feat = features::features();
     // Fast path: no filters, depth limit or counting; attached, not busy,
-    // room on the shadow stack.
+    // room on the shadow stack, nothing unwound.
     if feat == 0
         && !t.busy
         && t.session != 0
         && t.session == SESSION.load(Ordering::Relaxed)
         && t.shadow.len < shadow::CAPACITY
         && t.shadow.is_reserved()
+        && t.shadow.top_mark() > sp - u64::from(!exact)
     {
         t.busy = true;
         compiler_fence(Ordering::SeqCst);
         recorder::record_entry_inner(t, func);
-        t.shadow.push(Frame::new(0, 0, func, F_RECORDED));
+        t.shadow.push(Frame::new(0, sp, func, F_RECORDED));
         compiler_fence(Ordering::SeqCst);
         t.busy = false;
         return;
     }
-    explicit_entry_slow(t, func, call_site, feat)
+    explicit_entry_slow(t, func, call_site, feat, sp, exact)
 }
 
 #[inline(never)]
-fn explicit_entry_slow(t: &mut ThreadState, func: u64, call_site: u64, feat: u32) {
+fn explicit_entry_slow(
+    t: &mut ThreadState,
+    func: u64,
+    call_site: u64,
+    feat: u32,
+    sp: u64,
+    exact: bool,
+) {
     if feat & features::FEAT_COUNT != 0 {
         if !t.busy {
             t.busy = true;
@@ -239,6 +378,10 @@ fn explicit_entry_slow(t: &mut ThreadState, func: u64, call_site: u64, feat: u32
     // A thread that never attached has session 0, like "no session".
     if (t.session != sid || sid == 0 || t.busy) && !recorder::attach_slow(t) {
         return;
+    }
+    if t.shadow.top_mark() <= sp {
+        // Explicit frames never take over a slot: none is a tail caller.
+        pop_dead(t, sp, exact.then_some(0), false);
     }
     t.busy = true;
     compiler_fence(Ordering::SeqCst);
@@ -254,7 +397,7 @@ fn explicit_entry_slow(t: &mut ThreadState, func: u64, call_site: u64, feat: u32
             t.notrace_regions += 1;
         }
         let rec = if record { F_RECORDED } else { 0 };
-        t.shadow.push(Frame::new(0, 0, func, flags | rec));
+        t.shadow.push(Frame::new(0, sp, func, flags | rec));
     } else {
         t.shadow.overflow += 1;
         if record {
@@ -265,17 +408,20 @@ fn explicit_entry_slow(t: &mut ThreadState, func: u64, call_site: u64, feat: u32
     t.busy = false;
 }
 
-/// Exit announced explicitly (`__cyg_profile_func_exit`): pops to the
-/// newest frame of `func` (newer ones were skipped by `longjmp`).
+/// Exit announced explicitly (`__cyg_profile_func_exit`, XRay): pops to
+/// the newest frame of `func` (newer ones were skipped by `longjmp` or
+/// unwound). `sp` is the stack pointer of the exit event (XRay: the
+/// return-address slot; cyg_profile: the stack pointer of the hook call,
+/// in the function's frame), at or below the frame's mark.
 #[inline(always)]
-pub fn explicit_exit(func: u64) {
+pub fn explicit_exit(func: u64, sp: u64) {
     let t = state();
-    // Fast path: the newest frame is this function's, recorded, nothing
-    // else to undo.
+    // Fast path: the newest frame is this function's (not a dead
+    // recursive call of it below `sp`), recorded, nothing else to undo.
     let n = t.shadow.len;
     if n > 0 && !t.busy && t.shadow.overflow == 0 && features::features() == 0 {
         let f = t.shadow.frames()[n - 1];
-        if f.func == func && f.slot == 0 && f.flags == F_RECORDED {
+        if f.func == func && f.flags == F_RECORDED && f.slot >= sp {
             t.shadow.len = n - 1;
             if t.session == SESSION.load(Ordering::Relaxed) {
                 t.busy = true;
@@ -287,11 +433,11 @@ pub fn explicit_exit(func: u64) {
             return;
         }
     }
-    explicit_exit_slow(t, func)
+    explicit_exit_slow(t, func, sp)
 }
 
 #[inline(never)]
-fn explicit_exit_slow(t: &mut ThreadState, func: u64) {
+fn explicit_exit_slow(t: &mut ThreadState, func: u64, sp: u64) {
     if features::features() & features::FEAT_COUNT != 0 {
         return;
     }
@@ -302,11 +448,15 @@ fn explicit_exit_slow(t: &mut ThreadState, func: u64) {
         t.shadow.overflow -= 1;
         return;
     }
-    let Some(i) = t
-        .shadow
-        .frames()
+    // The frame of this call: the newest one of `func` whose mark is at or
+    // above the exit's stack pointer (deeper ones are dead recursive calls),
+    // else the newest one of `func`.
+    let frames = t.shadow.frames();
+    let mine = |f: &Frame| f.func == func && f.flags & F_SLOT == 0;
+    let Some(i) = frames
         .iter()
-        .rposition(|f| f.func == func && f.slot == 0)
+        .rposition(|f| mine(f) && f.slot >= sp)
+        .or_else(|| frames.iter().rposition(mine))
     else {
         return;
     };
@@ -347,27 +497,42 @@ pub fn restore_return_addresses(tramp: u64) {
     })
 }
 
-/// A landing pad is being installed in the frame whose CFA is `cfa`:
-/// every shadow frame below that frame is gone (its exit is recorded now).
-pub fn unwound_to(cfa: u64) {
+/// A landing pad is being installed in a frame whose stack pointer is
+/// `sp` (what `_Unwind_GetCFA` returns for the context a personality
+/// routine is handed: the landing frame's stack pointer at its call, the
+/// CFA of the frame it called, not its own CFA). Every shadow frame below
+/// it is gone: their exits are recorded now, and hijacked slots below it
+/// are not hijacked again.
+pub fn unwound_to(sp: u64) {
     with_state(|t| {
         if t.busy {
             return;
         }
-        let floor = cfa.wrapping_sub(8);
-        let keep = t
-            .shadow
-            .frames()
-            .iter()
-            .position(|f| f.slot != 0 && f.slot < floor)
-            .unwrap_or(t.shadow.len);
-        let record = t.session == SESSION.load(Ordering::Relaxed);
-        t.busy = true;
-        compiler_fence(Ordering::SeqCst);
-        pop_frames(t, keep, record);
-        t.shadow.resync_floor = floor;
-        compiler_fence(Ordering::SeqCst);
-        t.busy = false;
+        pop_dead(t, sp, None, true);
+    })
+}
+
+/// A `longjmp` is about to resume at stack pointer `target`: the frames
+/// below it (on the same stack, or on the alternate signal stack being
+/// left) are gone, and their exits are recorded now. A target that is not
+/// plausible — misaligned, or neither at most 1 GiB above the running code
+/// on its stack nor off the alternate stack the code runs on — is ignored
+/// (the frames are then closed at the thread's next event).
+pub fn jumping_to(target: u64) {
+    let here_mark = 0u8;
+    let here = core::ptr::addr_of!(here_mark) as u64;
+    with_state(|t| {
+        if t.busy || target % 8 != 0 || t.shadow.len == 0 {
+            return;
+        }
+        let up = target >= here && target - here < 1 << 30;
+        if !up {
+            let alt = altstack(t);
+            if !on_alt(alt, here) || on_alt(alt, target) {
+                return;
+            }
+        }
+        pop_dead(t, target, None, true);
     })
 }
 
@@ -411,15 +576,15 @@ fn held_by_us(v: u64, f: &Frame, tramp: u64) -> bool {
 #[cold]
 #[inline(never)]
 fn resync(t: &mut ThreadState, tramp: u64) {
-    let floor = t.shadow.resync_floor;
     for f in t.shadow.frames().iter_mut() {
-        if f.flags & F_HIJACKED != 0 || f.slot == 0 || f.slot < floor {
+        if f.flags & (F_HIJACKED | F_SLOT) != F_SLOT {
             continue;
         }
         let slot = f.slot as *mut u64;
-        // SAFETY: frames at or above the last landing pad's frame are live
-        // (the unwinder stopped there); a live frame's slot holds `ret`,
-        // and a slot holding anything else is left alone.
+        // SAFETY: the frames a landing pad left behind were popped when it
+        // was installed (`unwound_to`), so the remaining ones are live; a
+        // live frame's slot holds `ret`, and a slot holding anything else
+        // is left alone.
         unsafe {
             if slot.read() == f.ret {
                 slot.write(tramp);
@@ -428,5 +593,4 @@ fn resync(t: &mut ThreadState, tramp: u64) {
         }
     }
     t.shadow.restored = false;
-    t.shadow.resync_floor = 0;
 }

@@ -250,13 +250,18 @@ pub(crate) use fast_tail;
 
 /// The entry fast path: `$push` saves what it must of rax, rdx, rcx, rsi,
 /// r8, r9 and r11 (usually [`fast_push_args!`]), `$func` loads the
-/// function key into r8 (it may jump to `89f`); `$hook` is empty for explicit-exit mechanisms (XRay)
-/// or `fast_hijack!(...)` for entries whose exit is taken over; `$done`
-/// and `$bail` as in [`fast_tail!`] (the pushed registers are still on
-/// the stack at both). Operands: `session`, `features`, `switch` and
-/// those of `$func`/`$hook`.
+/// function key into r8 (it may jump to `89f`); `$restored_check` is
+/// [`check_restored!`] for entries whose exit is taken over; `$mark` loads
+/// the new frame's stack mark into r9 (its return-address slot, or the
+/// stack pointer of the hook call); `$frame` fills the frame at rax
+/// ([`frame_explicit!`] or [`frame_hijack!`]); `$done` and `$bail` as in
+/// [`fast_tail!`] (the pushed registers are still on the stack at both).
+/// A newest frame whose mark is at or below the new one's was unwound
+/// (exception, `longjmp`): the Rust path closes it (an empty stack has a
+/// sentinel frame with the highest mark below `base`). Operands:
+/// `session`, `features`, `switch` and those of `$func`/`$frame`.
 macro_rules! fast_entry {
-    ($push:expr, $func:expr, $restored_check:expr, $frame:expr, $done:expr, $bail:expr) => {
+    ($push:expr, $func:expr, $restored_check:expr, $mark:expr, $frame:expr, $done:expr, $bail:expr) => {
         concat!(
             $push,
             $func,
@@ -269,10 +274,18 @@ macro_rules! fast_entry {
             $crate::recorder::sh_capacity!(),
             "\n",
             "jae 89f\n",
-            "cmp qword ptr [r11 + ",
+            "mov rax, qword ptr [r11 + ",
             $crate::recorder::t_sh_base!(),
-            "], 0\n",
+            "]\n",
+            "test rax, rax\n",
             "je 89f\n",
+            // The newest frame's mark (the sentinel's when empty) must be
+            // above the new frame's (rcx, the length, is loaded again for
+            // the push).
+            "shl rcx, 5\n",
+            $mark,
+            "cmp qword ptr [rax + rcx - 24], r9\n",
+            "jbe 89f\n",
             $crate::calls::fast::fast_delta!(),
             "cmp r8, qword ptr [r11 + ",
             $crate::recorder::t_last_func!(),
@@ -322,13 +335,14 @@ macro_rules! fast_entry {
 }
 pub(crate) use fast_entry;
 
-/// Frame of an explicit-exit call (XRay): no return address, no slot,
-/// `F_RECORDED`.
+/// Frame of an explicit-exit call (cyg_profile, XRay): no return
+/// address, the stack mark `$mark` loads into r9, `F_RECORDED`.
 macro_rules! frame_explicit {
-    () => {
+    ($mark:expr) => {
         concat!(
+            $mark,
             "mov qword ptr [rax], 0\n",
-            "mov qword ptr [rax + 8], 0\n",
+            "mov qword ptr [rax + 8], r9\n",
             "mov qword ptr [rax + 24], 1\n",
         )
     };
@@ -338,7 +352,8 @@ pub(crate) use frame_explicit;
 /// Frame of a call whose return is taken over: `$slot` loads the address
 /// of its return-address slot into r9; the original return address is
 /// kept, the slot gets the exit trampoline (operand `exit_ptr`, a static
-/// holding its address, plus the padding byte), flags `F_RECORDED | F_HIJACKED`.
+/// holding its address, plus the padding byte), flags `F_RECORDED |
+/// F_HIJACKED | F_SLOT`.
 macro_rules! frame_hijack {
     ($slot:expr) => {
         concat!(
@@ -346,7 +361,7 @@ macro_rules! frame_hijack {
             "mov rsi, qword ptr [r9]\n",
             "mov qword ptr [rax], rsi\n",
             "mov qword ptr [rax + 8], r9\n",
-            "mov qword ptr [rax + 24], 3\n",
+            "mov qword ptr [rax + 24], 35\n",
             "mov rsi, qword ptr [rip + {exit_ptr}]\n",
             "inc rsi\n",
             "mov qword ptr [r9], rsi\n",
@@ -416,12 +431,16 @@ macro_rules! fast_top {
 }
 pub(crate) use fast_top;
 
-/// The exit fast path of an explicit-exit call (XRay exit and tail exit):
-/// `$func` loads the function into r8 (or jumps to `89f`); the newest
-/// frame must be that function's, recorded, without a slot, and nothing
-/// may have overflowed the shadow stack.
+/// The exit fast path of an explicit-exit call (cyg_profile, XRay exit and
+/// tail exit): `$func` loads the function into r8 (or jumps to `89f`),
+/// `$sp` the exit's stack pointer into r9 (XRay: the return-address slot;
+/// cyg_profile: the stack pointer of the hook call); the newest frame must
+/// be that function's, recorded, explicit (flags exactly `F_RECORDED`),
+/// with its mark at or above r9 (below it, it is a recursive call of the
+/// same function that was unwound), and nothing may have overflowed the
+/// shadow stack.
 macro_rules! fast_exit {
-    ($push:expr, $func:expr, $done:expr, $bail:expr) => {
+    ($push:expr, $func:expr, $sp:expr, $done:expr, $bail:expr) => {
         concat!(
             $push,
             $func,
@@ -433,10 +452,11 @@ macro_rules! fast_exit {
             $crate::calls::fast::fast_top!(concat!(
                 "cmp qword ptr [rax + 16], r8\n",
                 "jne 89f\n",
-                "cmp qword ptr [rax + 8], 0\n",
-                "jne 89f\n",
                 "cmp dword ptr [rax + 24], 1\n",
                 "jne 89f\n",
+                $sp,
+                "cmp qword ptr [rax + 8], r9\n",
+                "jb 89f\n",
             )),
             $crate::calls::fast::fast_exit_record!(),
             $crate::calls::fast::fast_tail!($done, $bail),
@@ -447,7 +467,8 @@ pub(crate) use fast_exit;
 
 /// The exit fast path of a hijacked return (the exit trampoline, a call
 /// wrapper's exit): rax and rdx are pushed, the slot returned from is at
-/// `rsp + 8`; the newest frame must own it, recorded and hijacked. The
+/// `rsp + 8`; the newest frame must own it, recorded and hijacked (flags
+/// `F_RECORDED | F_HIJACKED | F_SLOT`). The
 /// original return address is left in r10 for `$done`.
 macro_rules! fast_hook_exit {
     ($done:expr, $bail:expr) => {
@@ -459,7 +480,7 @@ macro_rules! fast_hook_exit {
                 "lea rdx, [rsp + 8]\n",
                 "cmp qword ptr [rax + 8], rdx\n",
                 "jne 89f\n",
-                "cmp dword ptr [rax + 24], 3\n",
+                "cmp dword ptr [rax + 24], 35\n",
                 "jne 89f\n",
                 "mov r10, qword ptr [rax]\n",
             )),

@@ -181,6 +181,7 @@ pub unsafe extern "C" fn fntrace_site_entry() {
                 "push rax\npush rdx\npush rcx\npush rsi\npush r8\npush r9\n",
                 "mov r8, qword ptr [rsp + 48]\nmov r8, qword ptr [r8 + 27]\n",
                 crate::calls::fast::check_restored!(),
+                "lea r9, [rsp + 56]\n",
                 crate::calls::fast::frame_hijack!("lea r9, [rsp + 56]\n"),
                 "pop r9\npop r8\npop rsi\npop rcx\npop rdx\npop rax\nmov r11d, 1\nret\n",
                 "pop r9\npop r8\npop rsi\npop rcx\npop rdx\npop rax\nxor r11d, r11d\n"

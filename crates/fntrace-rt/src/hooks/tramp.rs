@@ -58,6 +58,7 @@ macro_rules! entry_trampoline {
                     crate::calls::fast::fast_push_args!(),
                     $fast_func,
                     crate::calls::fast::check_restored!(),
+                    $fast_slot,
                     crate::calls::fast::frame_hijack!($fast_slot),
                     concat!(crate::calls::fast::fast_pop_args!(), "ret\n"),
                     crate::calls::fast::fast_pop_args!()
@@ -200,14 +201,21 @@ pub unsafe extern "C" fn __fentry__() {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __cyg_profile_func_enter(_this_fn: *mut u8, _call_site: *mut u8) {
     core::arch::naked_asm!(
+        // The stack mark: the stack pointer of the function that called
+        // us (rsi is pushed). The newest frame's must be above it (hooks
+        // of inlined functions run with the same stack pointer as their
+        // caller's, so an equal mark is not a sign of unwinding): the
+        // comparison is with the mark minus 1.
         crate::calls::fast::fast_entry!(
             "push rsi\n",
             "mov r8, rdi\n",
             "",
-            crate::calls::fast::frame_explicit!(),
+            "lea r9, [rsp + 15]\n",
+            crate::calls::fast::frame_explicit!("lea r9, [rsp + 16]\n"),
             "pop rsi\nret\n",
             "pop rsi\n"
         ),
+        "lea rdx, [rsp + 8]",
         "jmp {slow}",
         session = sym recorder::SESSION,
         features = sym crate::features::FEATURES,
@@ -216,9 +224,10 @@ pub unsafe extern "C" fn __cyg_profile_func_enter(_this_fn: *mut u8, _call_site:
     )
 }
 
-/// Rust side of [`__cyg_profile_func_enter`].
-extern "C" fn cyg_enter(this_fn: *mut u8, call_site: *mut u8) {
-    crate::calls::entry::explicit_entry(this_fn as u64, call_site as u64)
+/// Rust side of [`__cyg_profile_func_enter`]: `sp` is the stack pointer
+/// of the instrumented function at its call of the hook.
+extern "C" fn cyg_enter(this_fn: *mut u8, call_site: *mut u8, sp: u64) {
+    crate::calls::entry::explicit_entry(this_fn as u64, call_site as u64, sp, false)
 }
 
 /// `-finstrument-functions` exit hook (the assembly fast path, then
@@ -230,7 +239,8 @@ extern "C" fn cyg_enter(this_fn: *mut u8, call_site: *mut u8) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __cyg_profile_func_exit(_this_fn: *mut u8, _call_site: *mut u8) {
     core::arch::naked_asm!(
-        crate::calls::fast::fast_exit!("", "mov r8, rdi\n", "ret\n", ""),
+        crate::calls::fast::fast_exit!("", "mov r8, rdi\n", "lea r9, [rsp + 8]\n", "ret\n", ""),
+        "lea rdx, [rsp + 8]",
         "jmp {slow}",
         session = sym recorder::SESSION,
         features = sym crate::features::FEATURES,
@@ -239,7 +249,7 @@ pub unsafe extern "C" fn __cyg_profile_func_exit(_this_fn: *mut u8, _call_site: 
     )
 }
 
-/// Rust side of [`__cyg_profile_func_exit`].
-extern "C" fn cyg_exit(this_fn: *mut u8, _call_site: *mut u8) {
-    crate::calls::entry::explicit_exit(this_fn as u64)
+/// Rust side of [`__cyg_profile_func_exit`]: `sp` as in [`cyg_enter`].
+extern "C" fn cyg_exit(this_fn: *mut u8, _call_site: *mut u8, sp: u64) {
+    crate::calls::entry::explicit_exit(this_fn as u64, sp)
 }

@@ -2,10 +2,17 @@
 //! (mcount, fentry) or whose exit is announced explicitly (cyg_profile).
 //!
 //! Each frame remembers the original return address, the address of the
-//! stack slot that now holds the exit trampoline, and the function. The
-//! stack is reserved lazily with `mmap(MAP_NORESERVE)` (only touched pages
-//! cost memory) and never unmapped while a frame may still return through
-//! it; deeper recursion than it holds is not hijacked (counted instead).
+//! stack slot that now holds the exit trampoline (or, for explicit exits,
+//! a stack pointer inside the call's frame), and the function. Both are a
+//! *stack mark*: a callee's mark is always below its caller's, so a frame
+//! whose mark is below the stack pointer of a later event on the same
+//! stack was unwound (exception, `longjmp`, panic) — see
+//! `calls::entry::pop_dead`. The stack is reserved lazily with
+//! `mmap(MAP_NORESERVE)` (only touched pages cost memory) and never
+//! unmapped while a frame may still return through it; deeper recursion
+//! than it holds is not hijacked (counted instead). A sentinel frame below
+//! `base` has the highest mark, so the assembly fast path compares the
+//! newest frame's mark without testing for an empty stack.
 //!
 //! Only the owning thread touches its shadow stack; the recorder's
 //! per-thread `busy` flag keeps signal handlers out of a half-done update.
@@ -28,6 +35,10 @@ pub(crate) const F_NOTRACE: u32 = 4;
 pub(crate) const F_TRACE: u32 = 8;
 /// The frame's return value is recorded at its exit (`-R`).
 pub(crate) const F_RETVAL: u32 = 16;
+/// `slot` is a return-address slot this runtime took over (mcount, fentry,
+/// call wrappers); without it the frame's exit is announced explicitly
+/// (cyg_profile, XRay) and `slot` is only a stack mark.
+pub(crate) const F_SLOT: u32 = 32;
 
 /// One call on the shadow stack.
 #[repr(C)]
@@ -35,7 +46,10 @@ pub(crate) const F_RETVAL: u32 = 16;
 pub(crate) struct Frame {
     /// Original return address (0 for explicit-exit mechanisms).
     pub ret: u64,
-    /// Address of the hijacked return-address slot (0 for explicit exits).
+    /// The frame's stack mark: the address of the hijacked return-address
+    /// slot ([`F_SLOT`]), or for explicit exits the stack pointer of the
+    /// entry event (the return-address slot for XRay, the stack pointer
+    /// after the prologue for cyg_profile).
     pub slot: u64,
     /// Function key.
     pub func: u64,
@@ -68,15 +82,23 @@ pub(crate) struct Shadow {
     /// mechanisms pair them with their exits by count).
     pub overflow: u64,
     /// Some frames' slots were restored for an unwinder; they are
-    /// re-hijacked at the next event (frames below `resync_floor` are dead).
+    /// re-hijacked at the next event (the frames a landing pad left behind
+    /// were popped when it was installed).
     pub restored: bool,
-    /// Lowest live slot address known after a landing pad was installed.
-    pub resync_floor: u64,
     /// Stack walks in progress on this thread (frames stay restored: the
     /// walker's callbacks may run instrumented code).
     pub walking: u32,
     /// The reservation failed; never try again.
     failed: bool,
+    /// The alternate signal stack the thread set through `sigaltstack`
+    /// (interposed): `alt_lo..=alt_hi`, empty when none. Remembered
+    /// because the kernel reports an `SS_AUTODISARM` stack as disabled
+    /// while its handler runs.
+    pub alt_lo: u64,
+    /// See `alt_lo`.
+    pub alt_hi: u64,
+    /// `alt_lo`/`alt_hi` are known (else the kernel is asked).
+    pub alt_known: bool,
 }
 
 impl Shadow {
@@ -100,7 +122,7 @@ impl Shadow {
         let p = unsafe {
             libc::mmap(
                 ptr::null_mut(),
-                CAPACITY * core::mem::size_of::<Frame>(),
+                (CAPACITY + 1) * core::mem::size_of::<Frame>(),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -111,7 +133,13 @@ impl Shadow {
             self.failed = true;
             return false;
         }
-        self.base = p.cast();
+        let sentinel: *mut Frame = p.cast();
+        // SAFETY: the first frame of the fresh mapping; `base` starts after
+        // it. Its mark is above every stack address.
+        unsafe {
+            sentinel.write(Frame::new(0, u64::MAX, 0, 0));
+            self.base = sentinel.add(1);
+        }
         true
     }
 
@@ -142,9 +170,19 @@ impl Shadow {
         unsafe { core::slice::from_raw_parts_mut(self.base, self.len) }
     }
 
-    /// Index of the newest frame whose slot is `slot`.
+    /// Index of the newest frame that took over the return-address slot
+    /// `slot`.
     #[inline(always)]
     pub(crate) fn find_slot(&mut self, slot: u64) -> Option<usize> {
-        self.frames().iter().rposition(|f| f.slot == slot)
+        self.frames()
+            .iter()
+            .rposition(|f| f.slot == slot && f.flags & F_SLOT != 0)
+    }
+
+    /// The newest frame's stack mark (the sentinel's, above every address,
+    /// when the stack is empty or not reserved).
+    #[inline(always)]
+    pub(crate) fn top_mark(&mut self) -> u64 {
+        self.frames().last().map_or(u64::MAX, |f| f.slot)
     }
 }

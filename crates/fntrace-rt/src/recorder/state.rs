@@ -261,7 +261,7 @@ mod fast_layout {
         assert!(offset_of!(shadow::Frame, func) == 16);
         assert!(offset_of!(shadow::Frame, flags) == 24);
         assert!(core::mem::size_of::<shadow::Frame>() == 32);
-        assert!(shadow::F_RECORDED == 1 && shadow::F_HIJACKED == 2);
+        assert!(shadow::F_RECORDED == 1 && shadow::F_HIJACKED == 2 && shadow::F_SLOT == 32);
         assert!(core::mem::size_of::<bool>() == 1);
     };
 }

@@ -65,28 +65,30 @@ fn user_handler(id: i32, kind: u32, arg1: u64) -> bool {
 
 /// Handles an entry (or log-args entry) event. Unlike compiler-rt, a
 /// handler that runs instrumented code does not recurse: events inside it
-/// are dropped.
-extern "C" fn dispatch_entry(id: i32, kind: u32, arg1: u64) {
+/// are dropped. `slot` is the function's return-address slot (its stack
+/// mark, see `calls::entry`).
+extern "C" fn dispatch_entry(id: i32, kind: u32, arg1: u64, slot: u64) {
     if USER.load(Ordering::Relaxed) && user_handler(id, kind, arg1) {
         return;
     }
     if RECORD.load(Ordering::Relaxed) {
         let func = super::patch::function_address(id);
         if func != 0 {
-            crate::calls::entry::explicit_entry(func, 0);
+            crate::calls::entry::explicit_entry(func, 0, slot, true);
         }
     }
 }
 
-/// Handles an exit or tail-exit event.
-extern "C" fn dispatch_exit(id: i32, kind: u32, arg1: u64) {
+/// Handles an exit or tail-exit event; `slot` is the function's
+/// return-address slot.
+extern "C" fn dispatch_exit(id: i32, kind: u32, arg1: u64, slot: u64) {
     if USER.load(Ordering::Relaxed) && user_handler(id, kind, arg1) {
         return;
     }
     if RECORD.load(Ordering::Relaxed) {
         let func = super::patch::function_address(id);
         if func != 0 {
-            crate::calls::entry::explicit_exit(func);
+            crate::calls::entry::explicit_exit(func, slot);
         }
     }
 }
@@ -129,11 +131,14 @@ macro_rules! call_trampoline {
         call_trampoline!(
             @ $kind,
             $dispatch,
+            // The mark: the function's return-address slot, above our
+            // return address and the 7 pushed registers.
             crate::calls::fast::fast_entry!(
                 crate::calls::fast::fast_push_args!(),
                 xray_func!(),
                 "",
-                crate::calls::fast::frame_explicit!(),
+                "lea r9, [rsp + 64]\n",
+                crate::calls::fast::frame_explicit!("lea r9, [rsp + 64]\n"),
                 concat!(crate::calls::fast::fast_pop_args!(), "ret\n"),
                 crate::calls::fast::fast_pop_args!()
             )
@@ -146,6 +151,7 @@ macro_rules! call_trampoline {
             crate::calls::fast::fast_exit!(
                 crate::calls::fast::fast_push_args!(),
                 xray_func!(),
+                "lea r9, [rsp + 64]\n",
                 concat!(crate::calls::fast::fast_pop_args!(), "ret\n"),
                 crate::calls::fast::fast_pop_args!()
             )
@@ -154,7 +160,9 @@ macro_rules! call_trampoline {
     (@ $kind:expr, $dispatch:ident, $fast:expr) => {
         crate::calls::tramp::saving_trampoline!(
             [$fast],
-            ["mov rdx, rdi", "mov edi, r10d", "mov esi, {kind}"],
+            // The function's return-address slot is above our return
+            // address.
+            ["mov rdx, rdi", "mov edi, r10d", "mov esi, {kind}", "lea rcx, [rbp + 16]"],
             [],
             [],
             kind = const $kind,
@@ -206,9 +214,11 @@ pub unsafe extern "C" fn fntrace_xray_exit() {
     core::arch::naked_asm!(
         // Fast path: rax and rdx saved, r8, r9, r11, rcx, rsi clobbered
         // (dead at a `ret`).
+        // The function's return-address slot is at our entry rsp.
         crate::calls::fast::fast_exit!(
             "push rax\npush rdx\n",
             xray_func!(),
+            "lea r9, [rsp + 16]\n",
             "pop rdx\npop rax\nret\n",
             "pop rdx\npop rax\n"
         ),
@@ -223,6 +233,7 @@ pub unsafe extern "C" fn fntrace_xray_exit() {
         "mov edi, r10d",
         "mov esi, {kind}",
         "xor edx, edx",
+        "lea rcx, [rbp + 8]",
         "call {dispatch}",
         "movaps xmm0, [rsp]",
         "movaps xmm1, [rsp + 16]",
