@@ -63,11 +63,11 @@ impl Visitor for ReportVisitor<'_> {
             ..Agg::default()
         });
         a.calls += 1;
-        a.sum += dur;
+        a.sum = a.sum.saturating_add(dur);
         if !c.recursive {
-            a.total += dur;
+            a.total = a.total.saturating_add(dur);
         }
-        a.self_ += dur.saturating_sub(c.children);
+        a.self_ = a.self_.saturating_add(dur.saturating_sub(c.children));
         a.min = a.min.min(dur);
         a.max = a.max.max(dur);
     }
@@ -156,9 +156,9 @@ pub fn report_rows_and_markers(
                 }
                 Some(m) => {
                     m.calls += a.calls;
-                    m.total += a.total;
-                    m.self_ += a.self_;
-                    m.sum += a.sum;
+                    m.total = m.total.saturating_add(a.total);
+                    m.self_ = m.self_.saturating_add(a.self_);
+                    m.sum = m.sum.saturating_add(a.sum);
                     m.min = m.min.min(a.min);
                     m.max = m.max.max(a.max);
                 }
