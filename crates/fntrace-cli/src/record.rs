@@ -111,7 +111,6 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
     let prog = probe::which(&command[0])
         .ok_or_else(|| Error::Invalid(format!("{}: command not found", command[0])))?;
     let ins = probe::inspect(&prog);
-    warn_unmatched_markers(&prog, &o.markers);
     let preload = match &ins {
         Some(i) if i.runtime && !i.needs_preload() => None,
         Some(i) if i.hooks_runtime => None,
@@ -123,11 +122,6 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
             ))
         })?),
     };
-    if let Some(i) = &ins {
-        if !i.any() {
-            eprintln!("fntrace: warning: {}", probe::build_advice(&command[0]));
-        }
-    }
     // `{name}` in the file name stands for the program's name (so that one
     // runner setting gives every program its own trace).
     let output = match output.file_name().and_then(|n| n.to_str()) {
@@ -154,6 +148,14 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
     // Traces of forked children and exec'd images of an earlier run.
     for f in child_traces(&output) {
         let _ = std::fs::remove_file(f);
+    }
+    check_writable(&output)?;
+    warn_unmatched_markers(&prog, &o.markers);
+    warn_unmatched_functions(&prog, o);
+    if let Some(i) = &ins {
+        if !i.any() {
+            eprintln!("fntrace: warning: {}", probe::build_advice(&command[0]));
+        }
     }
     cfg.output = Some(output.clone());
     // The control socket, for code fntrace can patch while it runs. That
@@ -275,6 +277,65 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         return Ok(ExitCode::from(128 + sig as u8));
     }
     Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+}
+
+/// Fails, before the program runs, when the trace cannot be created at
+/// `output` (a missing directory, no permission): the runtime would
+/// otherwise run the program untraced. The file is created and removed
+/// again (the runtime creates its own).
+fn check_writable(output: &Path) -> Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(output)
+        .map_err(Error::io_at(format!(
+            "cannot write the trace to {}",
+            output.display()
+        )))?;
+    std::fs::remove_file(output).map_err(Error::io_at(format!(
+        "cannot write the trace to {}",
+        output.display()
+    )))
+}
+
+/// Warns about `-F`, `-N`, `-P`, `-A` and `-R` patterns that match none of
+/// the functions the program's symbol tables name (functions of shared
+/// libraries it loads are not known here, hence a warning only; a program
+/// without symbols is not checked).
+fn warn_unmatched_functions(prog: &Path, o: &Options) {
+    let mut pats: Vec<(&str, String, &str)> = vec![];
+    for (opt, list) in [("-F", &o.filter), ("-N", &o.notrace), ("-P", &o.patch)] {
+        for p in list {
+            pats.push((opt, p.clone(), p));
+        }
+    }
+    for (opt, list, ret) in [("-A", &o.args, false), ("-R", &o.retval, true)] {
+        for sp in list {
+            if let Ok(spec) = config::parse_spec(sp, ret) {
+                pats.push((opt, config::pattern_regex(&spec.pattern), sp));
+            }
+        }
+    }
+    if pats.is_empty() {
+        return;
+    }
+    let funcs = fntrace_rt::procinfo::module_functions(prog, 0);
+    if funcs.is_empty() {
+        return;
+    }
+    for (opt, re, shown) in pats {
+        let Ok(re) = regex::Regex::new(&re) else {
+            continue;
+        };
+        if !funcs.iter().any(|f| re.is_match(&f.2)) {
+            eprintln!(
+                "fntrace: warning: {opt} {shown:?} matches none of the {} functions of {} \
+                 (shared libraries it loads are not checked)",
+                funcs.len(),
+                prog.display()
+            );
+        }
+    }
 }
 
 /// Files `OUTPUT.PID` next to `output` (children and exec'd images).
