@@ -178,15 +178,17 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         }
         cmd.env("LD_PRELOAD", v);
     }
-    // Ctrl-C goes to the child; we stay to report what it recorded.
-    // SAFETY: setting SIGINT/SIGQUIT to ignored has no preconditions.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(Error::io_at(format!("cannot run {:?}", command[0])))?;
+    // SIGINT, SIGTERM, SIGHUP and SIGQUIT go to the child (the terminal's
+    // reach it directly); we stay to report what it recorded.
+    crate::signals::install();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            crate::signals::restore();
+            return Err(Error::io_at(format!("cannot run {:?}", command[0]))(e));
+        }
+    };
+    crate::signals::set_child(child.id());
     if control && std::io::IsTerminal::is_terminal(&io::stderr()) {
         eprintln!(
             "fntrace: switch functions on and off while it runs: fntrace live {} list|enable REGEX|disable REGEX",
@@ -196,11 +198,7 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
     let status = child
         .wait()
         .map_err(Error::io_at(format!("cannot run {:?}", command[0])))?;
-    // SAFETY: restoring default dispositions.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_DFL);
-        libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-    }
+    crate::signals::restore();
     if output.exists() {
         match Trace::open(&output) {
             Ok(t) => {
@@ -268,12 +266,9 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         );
     }
     if let Some(sig) = status.signal() {
-        // Die the same way, so our parent sees the same status.
-        // SAFETY: resetting the handler and raising a signal at ourselves.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        }
+        // Die the same way, so our parent sees the same status (without a
+        // core of the recorder in place of the program's).
+        crate::signals::die_like(sig);
         return Ok(ExitCode::from(128 + sig as u8));
     }
     Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
