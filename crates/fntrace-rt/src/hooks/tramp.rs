@@ -165,7 +165,7 @@ pub unsafe extern "C" fn mcount() {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _mcount() {
-    core::arch::naked_asm!("jmp {m}", m = sym mcount)
+    core::arch::naked_asm!("endbr64", "jmp {m}", m = sym mcount)
 }
 
 /// `__fentry__`, called by `gcc -pg -mfentry` code as the first
@@ -200,6 +200,7 @@ pub unsafe extern "C" fn __fentry__() {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __cyg_profile_func_enter(_this_fn: *mut u8, _call_site: *mut u8) {
     core::arch::naked_asm!(
+        "endbr64",
         crate::calls::fast::fast_entry!(
             "push rsi\n",
             "mov r8, rdi\n",
@@ -230,6 +231,7 @@ extern "C" fn cyg_enter(this_fn: *mut u8, call_site: *mut u8) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __cyg_profile_func_exit(_this_fn: *mut u8, _call_site: *mut u8) {
     core::arch::naked_asm!(
+        "endbr64",
         crate::calls::fast::fast_exit!("", "mov r8, rdi\n", "ret\n", ""),
         "jmp {slow}",
         session = sym recorder::SESSION,
