@@ -5,7 +5,7 @@
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode};
 
 use fntrace_format::Trace;
@@ -146,7 +146,7 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         }
     }
     // Traces of forked children and exec'd images of an earlier run.
-    for f in child_traces(&output) {
+    for f in crate::tracefile::child_traces(&output) {
         let _ = std::fs::remove_file(f);
     }
     check_writable(&output)?;
@@ -253,7 +253,7 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
             probe::build_advice(&command[0])
         );
     }
-    let children = child_traces(&output);
+    let children = crate::tracefile::child_traces(&output);
     if !children.is_empty() {
         eprintln!(
             "fntrace: {} more trace(s) from child processes or exec'd images: {}",
@@ -331,27 +331,6 @@ fn warn_unmatched_functions(prog: &Path, o: &Options) {
             );
         }
     }
-}
-
-/// Files `OUTPUT.PID` next to `output` (children and exec'd images).
-fn child_traces(output: &Path) -> Vec<PathBuf> {
-    let (Some(dir), Some(name)) = (output.parent(), output.file_name()) else {
-        return vec![];
-    };
-    let prefix = format!("{}.", name.to_string_lossy());
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.strip_prefix(&prefix)
-                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .map(|e| e.path())
-        .collect();
-    v.sort();
-    v
 }
 
 /// Warns about `-M` patterns that match none of the markers the program
