@@ -169,11 +169,8 @@ fn as_user(uid: u32, args: &[&std::ffi::OsStr]) -> Command {
 #[test]
 fn a_squatted_socket_directory_does_not_disable_live_control() {
     // SAFETY: geteuid cannot fail.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "this test acts as two users: run it as root"
-    );
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "this test acts as two users: run it as root");
     // Two users that own nothing: the traced program's, and a squatter's.
     let (victim, squatter) = (64_123u32, 64_124u32);
     // Everything the victim runs, readable by all.
