@@ -32,9 +32,18 @@ const MAX_RSS_KB: i64 = 100 * 1024;
 /// Address-space limit of each child: a runaway allocation fails at once
 /// (and shows as an abort) instead of taking the machine's memory.
 const AS_LIMIT: u64 = 2 << 30;
-/// A child still running after this long is a hang (a watchdog, far
-/// above any normal run, not a performance threshold).
-const WATCHDOG: Duration = Duration::from_secs(120);
+/// A child still running after this long is a hang: a watchdog, far above
+/// any normal run in the test suite (not a performance threshold);
+/// `scripts/fuzz-traces` sets `FNTRACE_FUZZ_HANG_SECS=10` for release
+/// builds.
+fn watchdog() -> Duration {
+    Duration::from_secs(
+        std::env::var("FNTRACE_FUZZ_HANG_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(120),
+    )
+}
 
 fn fib(n: u64) -> u64 {
     static SITE: Site = Site::new("fuzz::fib", file!(), line!());
@@ -357,6 +366,7 @@ fn random_mutation(rng: &mut StdRng, b: &[u8]) -> Mutation {
 /// How one command ended.
 struct Outcome {
     status: i32,
+    hung: bool,
     maxrss_kb: i64,
     elapsed: Duration,
     output: u64,
@@ -385,6 +395,7 @@ fn run_cli(args: &[&std::ffi::OsStr], dir: &Path) -> Outcome {
             Ok(())
         });
     }
+    let watchdog = watchdog();
     let start = Instant::now();
     let mut child = cmd.spawn().unwrap();
     let pid = child.id() as libc::pid_t;
@@ -403,6 +414,7 @@ fn run_cli(args: &[&std::ffi::OsStr], dir: &Path) -> Outcome {
     let mut status = 0;
     // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut hung = false;
     loop {
         // SAFETY: waits for our own child, with valid out-pointers.
         let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
@@ -410,7 +422,8 @@ fn run_cli(args: &[&std::ffi::OsStr], dir: &Path) -> Outcome {
             break;
         }
         assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
-        if start.elapsed() > WATCHDOG {
+        if !hung && start.elapsed() > watchdog {
+            hung = true;
             let _ = child.kill();
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -421,6 +434,7 @@ fn run_cli(args: &[&std::ffi::OsStr], dir: &Path) -> Outcome {
     let output = counter.join().unwrap();
     Outcome {
         status,
+        hung,
         maxrss_kb: ru.ru_maxrss,
         elapsed,
         output,
@@ -479,7 +493,9 @@ fn check(bytes: &[u8], what: &str, dir: &Path, tally: &mut Tally) {
             .collect::<Vec<_>>()
             .join(" ");
         let mut bad = vec![];
-        if libc::WIFSIGNALED(o.status) {
+        if o.hung {
+            bad.push(format!("hang (killed after {:?})", o.elapsed));
+        } else if libc::WIFSIGNALED(o.status) {
             bad.push(format!("killed by signal {}", libc::WTERMSIG(o.status)));
         } else {
             let code = libc::WEXITSTATUS(o.status);
