@@ -12,7 +12,7 @@
 //! (one mutant per line, mutations separated by `;`, in the syntax
 //! [`Mutation::parse`] reads). `fuzz_mutants` runs random mutants for
 //! `FNTRACE_FUZZ_SECS` seconds (3 by default; `scripts/fuzz-traces` runs
-//! longer on a 1 MB trace, `FNTRACE_FUZZ_FIB=25`); each failing mutant is
+//! longer on a 1.2 MB trace, `FNTRACE_FUZZ_FIB=26`); each failing mutant is
 //! printed as a corpus line.
 
 mod common;
