@@ -195,10 +195,12 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
             child.id()
         );
     }
+    // Stop forwarding before the child is reaped (its pid could be reused).
+    crate::signals::wait_exited(child.id());
+    crate::signals::restore();
     let status = child
         .wait()
         .map_err(Error::io_at(format!("cannot run {:?}", command[0])))?;
-    crate::signals::restore();
     if output.exists() {
         match Trace::open(&output) {
             Ok(t) => {

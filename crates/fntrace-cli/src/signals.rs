@@ -63,6 +63,27 @@ pub fn set_child(pid: u32) {
     }
 }
 
+/// Waits until child `pid` has ended, without reaping it (so that its pid
+/// cannot be reused while signals are still forwarded to it).
+pub fn wait_exited(pid: u32) {
+    loop {
+        // SAFETY: an all-zero siginfo is valid for waitid to fill.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child, leaving it waitable (WNOWAIT).
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
 /// Restores the default actions once the child is gone.
 pub fn restore() {
     CHILD.store(0, Ordering::SeqCst);
