@@ -118,7 +118,7 @@ pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummar
         let end = tsc.max(o.start);
         let dur = end - o.start;
         if let Some(p) = open.stack.last_mut() {
-            p.children += dur;
+            p.children = p.children.saturating_add(dur);
         }
         v.call(&Call {
             func: o.func,
@@ -463,12 +463,28 @@ impl Clock {
 
     /// Ticks to nanoseconds.
     pub fn ns(&self, ticks: u64) -> u64 {
-        (ticks as u128 * 1_000_000_000 / self.hz as u128) as u64
+        (ticks as u128 * 1_000_000_000 / self.hz as u128).min(u64::MAX as u128) as u64
     }
 
     /// Nanoseconds since the start of the recording.
     pub fn since_start(&self, tsc: u64) -> u64 {
         self.ns(tsc.saturating_sub(self.start))
+    }
+}
+
+/// Levels of a call tree drawn as indentation; deeper calls are drawn at
+/// this indentation with their level in brackets, so that a line's length
+/// stays bounded however deep the stack (a deep recursion, or a depth read
+/// from a damaged file).
+pub const MAX_INDENT: usize = 128;
+
+/// The indentation of a call-tree line at `level` (two spaces a level, at
+/// most [`MAX_INDENT`] levels; deeper levels end with `[LEVEL] `).
+pub fn indent(level: usize) -> String {
+    if level <= MAX_INDENT {
+        "  ".repeat(level)
+    } else {
+        format!("{}[{level}] ", "  ".repeat(MAX_INDENT))
     }
 }
 

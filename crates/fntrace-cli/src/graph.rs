@@ -138,13 +138,13 @@ impl CallGraph {
                         let dur = tsc.saturating_sub(f.start);
                         if let Some(n) = f.node {
                             g.nodes[n].calls += 1;
-                            g.nodes[n].total += dur;
+                            g.nodes[n].total = g.nodes[n].total.saturating_add(dur);
                         }
                         if f.root {
                             let caller = g.context_of(&mut stack);
                             let c = g.child_context(caller, f.func) as usize;
                             g.contexts[c].hits += 1;
-                            g.contexts[c].ticks += dur;
+                            g.contexts[c].ticks = g.contexts[c].ticks.saturating_add(dur);
                         }
                     }
                     Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
@@ -269,7 +269,7 @@ pub fn write_graph(
                 let prefix = if level == 0 {
                     String::new()
                 } else {
-                    format!("{}+-", "  ".repeat(level - 1))
+                    format!("{}+-", crate::analysis::indent(level - 1))
                 };
                 writeln!(
                     out,

@@ -36,47 +36,7 @@ pub fn run(
                 .map_err(Error::pattern(format!("bad function pattern {p:?}")))?;
         }
     }
-    let mut path = fntrace_rt::control::socket_path(pid);
-    // Another user's process keeps its socket in that user's directory.
-    if !path.exists() {
-        use std::os::unix::fs::MetadataExt;
-        if let Ok(m) = std::fs::metadata(format!("/proc/{pid}")) {
-            // SAFETY: geteuid cannot fail.
-            if m.uid() != unsafe { libc::geteuid() } {
-                let u = m.uid();
-                let run = PathBuf::from(format!("/run/user/{u}"));
-                path = if run.is_dir() {
-                    run.join(format!("fntrace/{pid}.sock"))
-                } else {
-                    PathBuf::from(format!("/tmp/fntrace-{u}/{pid}.sock"))
-                };
-            }
-        } else {
-            return Err(Error::Invalid(format!("no process {pid}")));
-        }
-    }
-    let s = match UnixStream::connect(&path) {
-        Ok(s) => s,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(Error::Invalid(format!(
-                "{}: process {pid} has no fntrace control socket (is it running under \
-             `fntrace record` without --no-control, and does it have patchable code: \
-             XRay sleds, patchable entries or NOP fentry sites?)",
-                path.display()
-            )));
-        }
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            return Err(Error::Invalid(format!(
-                "{}: refused: process {pid} belongs to another user (only its owner may control it)",
-                path.display()
-            )));
-        }
-        Err(e) => {
-            return Err(Error::io_at(format!("{}: cannot connect", path.display()))(
-                e,
-            ));
-        }
-    };
+    let (s, path) = connect(pid)?;
     let mut w = s.try_clone()?;
     let mut r = BufReader::new(s);
     let mut hello = String::new();
@@ -138,4 +98,116 @@ pub fn run(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Whether process `pid` exists (a process of another user counts).
+fn exists(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists.
+    let alive = unsafe { libc::kill(p, 0) } == 0;
+    alive || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// The pid and uid of the process at the other end of `s`.
+fn peer(s: &UnixStream) -> Option<(i32, u32)> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a ucred of the size passed.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some((cred.pid, cred.uid))
+}
+
+/// Connects to the control socket of process `pid`: its file in the
+/// socket directory of its user, else its abstract socket (the runtime's
+/// fallback when that directory cannot be used); checks that the server
+/// is that process. Returns the stream and the socket's name.
+fn connect(pid: u32) -> Result<(UnixStream, PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut path = fntrace_rt::control::socket_path(pid);
+    if !exists(pid) {
+        // A socket left by a process that was killed: remove it.
+        let stale = std::fs::remove_file(&path).is_ok();
+        return Err(Error::Invalid(format!(
+            "no such traced process {pid}{}",
+            if stale {
+                format!(" (removed its stale socket {})", path.display())
+            } else {
+                String::new()
+            }
+        )));
+    }
+    // Another user's process keeps its socket in that user's directory.
+    let owner = std::fs::metadata(format!("/proc/{pid}"))
+        .map(|m| m.uid())
+        .ok();
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if let Some(u) = owner.filter(|&u| u != me) {
+        let run = PathBuf::from(format!("/run/user/{u}"));
+        path = if run.is_dir() {
+            run.join(format!("fntrace/{pid}.sock"))
+        } else {
+            PathBuf::from(format!("/tmp/fntrace-{u}/{pid}.sock"))
+        };
+    }
+    let file = UnixStream::connect(&path);
+    let (s, path) = match file {
+        Ok(s) => (s, path),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(Error::Invalid(format!(
+                "{}: refused: process {pid} belongs to another user (only its owner may control it)",
+                path.display()
+            )));
+        }
+        Err(file_err) => {
+            use std::os::linux::net::SocketAddrExt;
+            let name = fntrace_rt::control::abstract_socket_name(pid);
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+            match UnixStream::connect_addr(&addr) {
+                Ok(s) => (s, PathBuf::from(format!("@{name}"))),
+                Err(_) if file_err.kind() == io::ErrorKind::NotFound => {
+                    return Err(Error::Invalid(format!(
+                        "{}: process {pid} has no fntrace control socket (is it running under \
+                         `fntrace record` without --no-control, and does it have patchable code: \
+                         XRay sleds, patchable entries or NOP fentry sites?)",
+                        path.display()
+                    )));
+                }
+                Err(_) => {
+                    return Err(Error::io_at(format!(
+                        "{}: process {pid} does not answer on its control socket",
+                        path.display()
+                    ))(file_err));
+                }
+            }
+        }
+    };
+    // Anyone can bind an abstract name (or a socket in a directory that is
+    // not private): talk only to the process asked for, of its owner.
+    match peer(&s) {
+        Some((p, u)) if p as u32 == pid && owner.is_none_or(|o| o == u) => Ok((s, path)),
+        Some((p, u)) => Err(Error::Invalid(format!(
+            "{}: refused: the socket is held by process {p} (uid {u}), not by process {pid}",
+            path.display()
+        ))),
+        None => Err(Error::Invalid(format!(
+            "{}: cannot check who holds the socket",
+            path.display()
+        ))),
+    }
 }

@@ -98,6 +98,11 @@ struct ReportArgs {
     /// function, largest first (PATH is the base, a; OTHER is b).
     #[arg(long, value_name = "OTHER")]
     diff: Option<PathBuf>,
+    /// Also read the traces of the recording's other processes (forked
+    /// children `PATH.PID`, `exec`'d images `PATH.PID` and `PATH.PID.N`)
+    /// and merge their rows.
+    #[arg(long, conflicts_with = "diff")]
+    children: bool,
 }
 
 // `fntrace replay`.
@@ -242,6 +247,7 @@ fn run() -> Result<ExitCode> {
             a.format,
             a.threads,
             a.diff.as_deref(),
+            a.children,
         )?,
         Cmd::Replay(a) => replay::run(&mut out, &a.trace.path, &a.options)?,
         Cmd::Graph(a) => graph::run(&mut out, &a.function, &a.trace.path, a.format, a.depth)?,

@@ -5,7 +5,7 @@
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode};
 
 use fntrace_format::Trace;
@@ -111,7 +111,6 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
     let prog = probe::which(&command[0])
         .ok_or_else(|| Error::Invalid(format!("{}: command not found", command[0])))?;
     let ins = probe::inspect(&prog);
-    warn_unmatched_markers(&prog, &o.markers);
     let preload = match &ins {
         Some(i) if i.runtime && !i.needs_preload() => None,
         Some(i) if i.hooks_runtime => None,
@@ -123,11 +122,6 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
             ))
         })?),
     };
-    if let Some(i) = &ins {
-        if !i.any() {
-            eprintln!("fntrace: warning: {}", probe::build_advice(&command[0]));
-        }
-    }
     // `{name}` in the file name stands for the program's name (so that one
     // runner setting gives every program its own trace).
     let output = match output.file_name().and_then(|n| n.to_str()) {
@@ -152,8 +146,16 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         }
     }
     // Traces of forked children and exec'd images of an earlier run.
-    for f in child_traces(&output) {
+    for f in crate::tracefile::child_traces(&output) {
         let _ = std::fs::remove_file(f);
+    }
+    check_writable(&output)?;
+    warn_unmatched_markers(&prog, &o.markers);
+    warn_unmatched_functions(&prog, o);
+    if let Some(i) = &ins {
+        if !i.any() {
+            eprintln!("fntrace: warning: {}", probe::build_advice(&command[0]));
+        }
     }
     cfg.output = Some(output.clone());
     // The control socket, for code fntrace can patch while it runs. That
@@ -176,29 +178,29 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         }
         cmd.env("LD_PRELOAD", v);
     }
-    // Ctrl-C goes to the child; we stay to report what it recorded.
-    // SAFETY: setting SIGINT/SIGQUIT to ignored has no preconditions.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(Error::io_at(format!("cannot run {:?}", command[0])))?;
+    // SIGINT, SIGTERM, SIGHUP and SIGQUIT go to the child (the terminal's
+    // reach it directly); we stay to report what it recorded.
+    crate::signals::install();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            crate::signals::restore();
+            return Err(Error::io_at(format!("cannot run {:?}", command[0]))(e));
+        }
+    };
+    crate::signals::set_child(child.id());
     if control && std::io::IsTerminal::is_terminal(&io::stderr()) {
         eprintln!(
             "fntrace: switch functions on and off while it runs: fntrace live {} list|enable REGEX|disable REGEX",
             child.id()
         );
     }
+    // Stop forwarding before the child is reaped (its pid could be reused).
+    crate::signals::wait_exited(child.id());
+    crate::signals::restore();
     let status = child
         .wait()
         .map_err(Error::io_at(format!("cannot run {:?}", command[0])))?;
-    // SAFETY: restoring default dispositions.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_DFL);
-        libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-    }
     if output.exists() {
         print_summary(&output);
     } else {
@@ -208,7 +210,7 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
             probe::build_advice(&command[0])
         );
     }
-    let children = child_traces(&output);
+    let children = crate::tracefile::child_traces(&output);
     if !children.is_empty() {
         eprintln!(
             "fntrace: {} more trace(s) from child processes or exec'd images: {}",
@@ -221,36 +223,71 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         );
     }
     if let Some(sig) = status.signal() {
-        // Die the same way, so our parent sees the same status.
-        // SAFETY: resetting the handler and raising a signal at ourselves.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        }
+        // Die the same way, so our parent sees the same status (without a
+        // core of the recorder in place of the program's).
+        crate::signals::die_like(sig);
         return Ok(ExitCode::from(128 + sig as u8));
     }
     Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
 }
 
-/// Files `OUTPUT.PID` next to `output` (children and exec'd images).
-fn child_traces(output: &Path) -> Vec<PathBuf> {
-    let (Some(dir), Some(name)) = (output.parent(), output.file_name()) else {
-        return vec![];
-    };
-    let prefix = format!("{}.", name.to_string_lossy());
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.strip_prefix(&prefix)
-                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .map(|e| e.path())
-        .collect();
-    v.sort();
-    v
+/// Fails, before the program runs, when the trace cannot be created at
+/// `output` (a missing directory, no permission): the runtime would
+/// otherwise run the program untraced. The file is created and removed
+/// again (the runtime creates its own).
+fn check_writable(output: &Path) -> Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(output)
+        .map_err(Error::io_at(format!(
+            "cannot write the trace to {}",
+            output.display()
+        )))?;
+    std::fs::remove_file(output).map_err(Error::io_at(format!(
+        "cannot write the trace to {}",
+        output.display()
+    )))
+}
+
+/// Warns about `-F`, `-N`, `-P`, `-A` and `-R` patterns that match none of
+/// the functions the program's symbol tables name (functions of shared
+/// libraries it loads are not known here, hence a warning only; a program
+/// without symbols is not checked).
+fn warn_unmatched_functions(prog: &Path, o: &Options) {
+    let mut pats: Vec<(&str, String, &str)> = vec![];
+    for (opt, list) in [("-F", &o.filter), ("-N", &o.notrace), ("-P", &o.patch)] {
+        for p in list {
+            pats.push((opt, p.clone(), p));
+        }
+    }
+    for (opt, list, ret) in [("-A", &o.args, false), ("-R", &o.retval, true)] {
+        for sp in list {
+            if let Ok(spec) = config::parse_spec(sp, ret) {
+                pats.push((opt, config::pattern_regex(&spec.pattern), sp));
+            }
+        }
+    }
+    if pats.is_empty() {
+        return;
+    }
+    let funcs = fntrace_rt::procinfo::module_functions(prog, 0);
+    if funcs.is_empty() {
+        return;
+    }
+    for (opt, re, shown) in pats {
+        let Ok(re) = regex::Regex::new(&re) else {
+            continue;
+        };
+        if !funcs.iter().any(|f| re.is_match(&f.2)) {
+            eprintln!(
+                "fntrace: warning: {opt} {shown:?} matches none of the {} functions of {} \
+                 (shared libraries it loads are not checked)",
+                funcs.len(),
+                prog.display()
+            );
+        }
+    }
 }
 
 /// Warns about `-M` patterns that match none of the markers the program

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use fntrace_format::Trace;
 
-use crate::analysis::{Clock, Event, Events, NamePattern, fmt_ns, parse_duration};
+use crate::analysis::{Clock, Event, Events, NamePattern, fmt_ns, indent, parse_duration};
 use crate::symbols::Symbolizer;
 use crate::tracefile::open_checked;
 use crate::{Error, Result};
@@ -112,7 +112,7 @@ impl Replayer<'_, '_> {
         for f in stack.iter_mut() {
             if f.eligible && !f.opened {
                 f.opened = true;
-                let indent = "  ".repeat(f.rel.unwrap_or(0));
+                let indent = indent(f.rel.unwrap_or(0));
                 let name = self.sym.name(f.func).to_string();
                 let src = self.src(f.func);
                 let args = f.arg_list();
@@ -177,7 +177,7 @@ impl Replayer<'_, '_> {
                 };
                 if in_time && shown && self.o.depth.is_none_or(|d| rel <= d) {
                     self.open_ancestors(t.tid, &mut t.stack)?;
-                    let indent = "  ".repeat(rel);
+                    let indent = indent(rel);
                     let sep = if text.is_empty() { "" } else { " " };
                     writeln!(
                         self.out,
@@ -202,7 +202,7 @@ impl Replayer<'_, '_> {
                     (true, 10_000..) => format!("\x1b[33m{d}\x1b[0m"),
                     _ => d,
                 };
-                let indent = "  ".repeat(f.rel.unwrap_or(0));
+                let indent = indent(f.rel.unwrap_or(0));
                 let name = self.sym.name(f.func).to_string();
                 let note = if incomplete {
                     " (no exit recorded)"

@@ -63,11 +63,11 @@ impl Visitor for ReportVisitor<'_> {
             ..Agg::default()
         });
         a.calls += 1;
-        a.sum += dur;
+        a.sum = a.sum.saturating_add(dur);
         if !c.recursive {
-            a.total += dur;
+            a.total = a.total.saturating_add(dur);
         }
-        a.self_ += dur.saturating_sub(c.children);
+        a.self_ = a.self_.saturating_add(dur.saturating_sub(c.children));
         a.min = a.min.min(dur);
         a.max = a.max.max(dur);
     }
@@ -156,9 +156,9 @@ pub fn report_rows_and_markers(
                 }
                 Some(m) => {
                     m.calls += a.calls;
-                    m.total += a.total;
-                    m.self_ += a.self_;
-                    m.sum += a.sum;
+                    m.total = m.total.saturating_add(a.total);
+                    m.self_ = m.self_.saturating_add(a.self_);
+                    m.sum = m.sum.saturating_add(a.sum);
                     m.min = m.min.min(a.min);
                     m.max = m.max.max(a.max);
                 }
@@ -187,15 +187,7 @@ pub fn report_rows_and_markers(
             max_ns: clock.ns(a.max),
         })
         .collect();
-    rows.sort_by(|a, b| {
-        match sort {
-            SortKey::Total => b.total_ns.cmp(&a.total_ns),
-            SortKey::SelfTime => b.self_ns.cmp(&a.self_ns),
-            SortKey::Calls => b.calls.cmp(&a.calls),
-            SortKey::Name => a.function.cmp(&b.function),
-        }
-        .then_with(|| a.function.cmp(&b.function))
-    });
+    sort_rows(&mut rows, sort);
     let mut markers: Vec<(String, u64)> = markers.into_iter().collect();
     markers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     (rows, markers)
@@ -297,7 +289,9 @@ pub fn write_report(out: &mut dyn Write, rows: &[Row], format: Format) -> io::Re
 
 /// `fntrace report`: the report of the trace at `path` (with the marker
 /// counts under a table), or with `diff` the changes from it to that
-/// trace.
+/// trace. With `children`, the traces of the recording's other processes
+/// (forked children and `exec`'d images, [`crate::tracefile::child_traces`])
+/// are read too and their rows merged by function (and thread).
 pub fn run(
     out: &mut dyn Write,
     path: &Path,
@@ -305,19 +299,75 @@ pub fn run(
     format: Format,
     threads: bool,
     diff: Option<&Path>,
+    children: bool,
 ) -> Result<()> {
     let t = open_checked(path)?;
     if let Some(other) = diff {
         let o = open_checked(other)?;
         write_diff(out, &diff_rows(&t, &o), format)?;
-    } else {
-        let (rows, markers) = with_progress(&t, 1, "reading", || {
-            report_rows_and_markers(&t, threads, sort)
-        });
-        write_report(out, &rows, format)?;
-        if format == Format::Table {
-            write_marker_counts(out, &markers)?;
+        return Ok(());
+    }
+    let (mut rows, mut markers) = with_progress(&t, 1, "reading", || {
+        report_rows_and_markers(&t, threads, sort)
+    });
+    if children {
+        for p in crate::tracefile::child_traces(path) {
+            let c = open_checked(&p)?;
+            let (r, m) = with_progress(&c, 1, "reading", || {
+                report_rows_and_markers(&c, threads, sort)
+            });
+            rows = merge_rows(rows, r, sort);
+            for (name, n) in m {
+                match markers.iter_mut().find(|x| x.0 == name) {
+                    Some(x) => x.1 += n,
+                    None => markers.push((name, n)),
+                }
+            }
         }
+        markers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    }
+    write_report(out, &rows, format)?;
+    if format == Format::Table {
+        write_marker_counts(out, &markers)?;
     }
     Ok(())
+}
+
+/// Merges the rows of two traces by function name (and thread), sorted by
+/// `sort` again.
+pub fn merge_rows(a: Vec<Row>, b: Vec<Row>, sort: SortKey) -> Vec<Row> {
+    let mut map: HashMap<(String, Option<u32>), Row> = HashMap::default();
+    for r in a.into_iter().chain(b) {
+        match map.get_mut(&(r.function.clone(), r.tid)) {
+            None => {
+                map.insert((r.function.clone(), r.tid), r);
+            }
+            Some(m) => {
+                let calls = m.calls + r.calls;
+                let sum = (m.avg_ns as u128 * m.calls as u128 + r.avg_ns as u128 * r.calls as u128)
+                    / calls.max(1) as u128;
+                m.avg_ns = sum.min(u64::MAX as u128) as u64;
+                m.calls = calls;
+                m.total_ns = m.total_ns.saturating_add(r.total_ns);
+                m.self_ns = m.self_ns.saturating_add(r.self_ns);
+                m.min_ns = m.min_ns.min(r.min_ns);
+                m.max_ns = m.max_ns.max(r.max_ns);
+            }
+        }
+    }
+    let mut rows: Vec<Row> = map.into_values().collect();
+    sort_rows(&mut rows, sort);
+    rows
+}
+
+fn sort_rows(rows: &mut [Row], sort: SortKey) {
+    rows.sort_by(|a, b| {
+        match sort {
+            SortKey::Total => b.total_ns.cmp(&a.total_ns),
+            SortKey::SelfTime => b.self_ns.cmp(&a.self_ns),
+            SortKey::Calls => b.calls.cmp(&a.calls),
+            SortKey::Name => a.function.cmp(&b.function),
+        }
+        .then_with(|| a.function.cmp(&b.function))
+    });
 }

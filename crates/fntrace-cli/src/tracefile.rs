@@ -17,6 +17,40 @@ pub struct TraceFile {
     pub path: PathBuf,
 }
 
+/// The traces written next to `output` by the processes of one recording
+/// besides the first: forked children (`OUTPUT.PID`) and images they
+/// `exec`'d (`OUTPUT.PID` for an `exec` of the first process,
+/// `OUTPUT.PID.N` after that), sorted by name.
+pub fn child_traces(output: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (output.parent(), output.file_name()) else {
+        return vec![];
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_prefix(&prefix).is_some_and(|rest| {
+                let parts: Vec<&str> = rest.split('.').collect();
+                parts.len() <= 2
+                    && parts
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+        .map(|e| output.with_file_name(e.file_name()))
+        .collect();
+    v.sort();
+    v
+}
+
 /// Opens a trace.
 pub fn open(path: &Path) -> Result<Trace> {
     Ok(Trace::open(path)?)

@@ -112,6 +112,10 @@ pub struct Trace {
     damage: Vec<Damage>,
     meta: Metadata,
     unused_chunks: u64,
+    /// File offsets of chunks whose header could not be read (bad magic or
+    /// checksum), in file order: a stream's missing chunks can only be
+    /// among them.
+    unreadable: Vec<u64>,
     /// Chunks loaded by stream readers so far (for progress display).
     chunks_read: std::sync::atomic::AtomicU64,
 }
@@ -222,6 +226,7 @@ impl Trace {
             damage,
             meta: Metadata::default(),
             unused_chunks: 0,
+            unreadable: vec![],
             chunks_read: std::sync::atomic::AtomicU64::new(0),
         };
         trace.index_chunks()?;
@@ -275,15 +280,20 @@ impl Trace {
                     }
                 }
                 Err(ChunkProblem::Unused) => self.unused_chunks += 1,
-                Err(p) => self.damage.push(Damage {
-                    offset,
-                    lost_bytes: chunk_size.min(left),
-                    tid: None,
-                    problem: match p {
-                        ChunkProblem::Magic => "chunk header has a bad magic; chunk skipped".into(),
-                        _ => "chunk header checksum mismatch; chunk skipped".into(),
-                    },
-                }),
+                Err(p) => {
+                    self.unreadable.push(offset);
+                    self.damage.push(Damage {
+                        offset,
+                        lost_bytes: chunk_size.min(left),
+                        tid: None,
+                        problem: match p {
+                            ChunkProblem::Magic => {
+                                "chunk header has a bad magic; chunk skipped".into()
+                            }
+                            _ => "chunk header checksum mismatch; chunk skipped".into(),
+                        },
+                    })
+                }
             }
             offset += chunk_size;
         }
@@ -451,7 +461,17 @@ impl Trace {
             cur: None,
             damage: vec![],
             last_tsc: self.header.start_tsc,
+            known: None,
+            resync: false,
         }
+    }
+
+    /// Chunks between file offsets `from` (exclusive) and `to` (exclusive)
+    /// whose header could not be read.
+    fn unreadable_between(&self, from: Option<u64>, to: u64) -> u64 {
+        let lo = from.map_or(0, |f| self.unreadable.partition_point(|&o| o <= f));
+        let hi = self.unreadable.partition_point(|&o| o < to);
+        hi.saturating_sub(lo) as u64
     }
 }
 
@@ -475,6 +495,12 @@ pub struct ThreadReader<'t> {
     cur: Option<Cursor>,
     damage: Vec<Damage>,
     last_tsc: u64,
+    /// The last chunk of the stream whose header was accepted: its file
+    /// offset and its (checked) call depth.
+    known: Option<(u64, u32)>,
+    /// The chunk that ended last lost its end: the next chunk's depth
+    /// resynchronises the stack.
+    resync: bool,
 }
 
 /// An item of a thread stream in the form analysis loops want: compact
@@ -611,6 +637,7 @@ impl ThreadReader<'_> {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let h = &c.header;
         let payload_off = c.offset + CHUNK_HEADER_SIZE as u64;
+        let depth = self.checked_depth(c);
         if h.seq != self.expected_seq {
             self.damage.push(Damage {
                 offset: c.offset,
@@ -621,8 +648,12 @@ impl ThreadReader<'_> {
                     self.expected_seq, h.seq
                 ),
             });
-            self.gap(h.depth);
+            self.gap(depth);
+        } else if self.resync {
+            self.gap(depth);
         }
+        self.resync = false;
+        self.known = Some((c.offset, depth));
         self.expected_seq = h.seq.wrapping_add(1);
         let cap = self.trace.header.chunk_size as usize - CHUNK_HEADER_SIZE;
         let mut len = c.available;
@@ -635,7 +666,7 @@ impl ThreadReader<'_> {
                     tid: Some(self.tid),
                     problem: format!("sealed chunk claims {want} payload bytes, more than fit"),
                 });
-                self.gap_after(c);
+                self.gap_after();
                 return true;
             }
             if want > c.available {
@@ -664,7 +695,7 @@ impl ThreadReader<'_> {
                 tid: Some(self.tid),
                 problem: format!("read failed: {e}"),
             });
-            self.gap_after(c);
+            self.gap_after();
             return true;
         }
         if c.sealed()
@@ -677,7 +708,7 @@ impl ThreadReader<'_> {
                 tid: Some(self.tid),
                 problem: "chunk payload checksum mismatch; chunk skipped".into(),
             });
-            self.gap_after(c);
+            self.gap_after();
             return true;
         }
         if c.sealed() && len < c.available {
@@ -734,7 +765,7 @@ impl ThreadReader<'_> {
                         problem: "end marker inside a sealed chunk".into(),
                     });
                     self.last_tsc = dec.tsc();
-                    self.gap_after(c);
+                    self.gap_after();
                 } else {
                     self.last_tsc = dec.tsc();
                 }
@@ -747,26 +778,49 @@ impl ThreadReader<'_> {
                     problem: format!("{}; rest of the chunk skipped", e.problem),
                 });
                 self.last_tsc = dec.tsc();
-                self.gap_after(c);
+                self.gap_after();
             }
         }
         self.cur = None;
         None
     }
 
-    /// After a chunk whose end was lost: resynchronise with the next chunk
-    /// of the stream, if there is one.
-    fn gap_after(&mut self, c: &ChunkEntry) {
-        match self.chunks.get(self.next_chunk) {
-            Some(n) if n.header.seq == c.header.seq.wrapping_add(1) => {
-                let depth = n.header.depth;
-                self.gap(depth);
-            }
-            // Missing successor: the seq check of the next chunk adds the gap.
-            Some(_) => {}
-            // Nothing follows: the stream simply ends early.
-            None => {}
+    /// After a chunk whose end was lost: the next chunk of the stream, if
+    /// there is one, resynchronises the call depth (a missing successor
+    /// is caught by the sequence check, which adds the gap itself).
+    fn gap_after(&mut self) {
+        self.resync = true;
+    }
+
+    /// The call depth chunk `c` starts at, bounded by what the file can
+    /// hold: every entry takes at least one payload byte, so the depth can
+    /// have grown since the last accepted chunk of the stream by at most
+    /// one payload per chunk that can belong to the stream in between
+    /// (that chunk itself, and chunks whose header is unreadable). A
+    /// larger value is damage: it is reported and the last accepted depth
+    /// is used instead, so that no value read from the file sizes the
+    /// stack a reader rebuilds.
+    fn checked_depth(&mut self, c: &ChunkEntry) -> u32 {
+        let cap = self.trace.header.chunk_size as u64 - CHUNK_HEADER_SIZE as u64;
+        let (from, base, own) = match self.known {
+            Some((off, d)) => (Some(off), d, 1),
+            None => (None, 0, 0),
+        };
+        let chunks = own + self.trace.unreadable_between(from, c.offset);
+        let bound = (base as u64).saturating_add(chunks.saturating_mul(cap));
+        let depth = c.header.depth;
+        if depth as u64 <= bound {
+            return depth;
         }
+        self.damage.push(Damage {
+            offset: c.offset + 12,
+            lost_bytes: 0,
+            tid: Some(self.tid),
+            problem: format!(
+                "chunk header claims a call depth of {depth}, more than the stream can have reached ({bound}); depth taken as {base}"
+            ),
+        });
+        base
     }
 }
 

@@ -54,9 +54,11 @@ pub fn folded_stacks(trace: &Trace) -> Vec<String> {
                     };
                     let dur = tsc.saturating_sub(start);
                     if let Some(p) = stack.last_mut() {
-                        p.2 += dur;
+                        p.2 = p.2.saturating_add(dur);
                     }
-                    nodes[node as usize].2 += dur.saturating_sub(children);
+                    nodes[node as usize].2 = nodes[node as usize]
+                        .2
+                        .saturating_add(dur.saturating_sub(children));
                 }
                 Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
             }

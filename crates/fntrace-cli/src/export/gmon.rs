@@ -49,7 +49,8 @@ impl Visitor for ArcCollector<'_> {
     }
     fn call(&mut self, c: &Call) {
         self.parents.truncate(c.depth);
-        *self.self_ticks.entry(c.func).or_default() += (c.end - c.start).saturating_sub(c.children);
+        let t = self.self_ticks.entry(c.func).or_default();
+        *t = t.saturating_add((c.end - c.start).saturating_sub(c.children));
     }
 }
 

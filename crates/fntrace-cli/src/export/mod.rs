@@ -43,11 +43,21 @@ pub enum ExportFormat {
 }
 
 /// `fntrace export`: writes the trace at `path` to `output` in `format`.
+///
+/// The file is written under a temporary name in the same directory and
+/// renamed into place when complete, so that a failed export leaves no
+/// file (and does not destroy an earlier one).
 pub fn run(path: &Path, format: ExportFormat, output: &Path) -> Result<()> {
     let t = open_checked(path)?;
-    let file = std::fs::File::create(output)
-        .map_err(Error::io_at(format!("{}: cannot create", output.display())))?;
-    let mut buf = io::BufWriter::with_capacity(1 << 20, file);
+    if matches!(format, ExportFormat::Flamegraph | ExportFormat::Html) && counted_only(&t) {
+        return Err(Error::Invalid(format!(
+            "{}: a --count trace holds call-graph arcs, not timed stacks: no flame graph \
+             (use `fntrace report` or `fntrace export --format gmon`)",
+            path.display()
+        )));
+    }
+    let tmp = TempOutput::create(output)?;
+    let mut buf = io::BufWriter::with_capacity(1 << 20, tmp.file()?);
     match format {
         ExportFormat::Gmon => {
             let s = write_gmon(&mut buf, &t)
@@ -109,7 +119,74 @@ pub fn run(path: &Path, format: ExportFormat, output: &Path) -> Result<()> {
     }
     buf.flush()
         .map_err(Error::io_at(format!("{}: cannot write", output.display())))?;
-    Ok(())
+    drop(buf);
+    tmp.persist()
+}
+
+/// Whether a trace holds counted arcs and no timed call.
+fn counted_only(t: &fntrace_format::Trace) -> bool {
+    !t.metadata().arcs.is_empty()
+        && t.thread_ids().into_iter().all(|tid| {
+            t.stream(tid)
+                .all(|r| !matches!(r, fntrace_format::Record::Entry { .. }))
+        })
+}
+
+/// An output file written under a temporary name next to its final path
+/// and renamed there by [`TempOutput::persist`]; removed if dropped before.
+struct TempOutput {
+    tmp: std::path::PathBuf,
+    output: std::path::PathBuf,
+    done: bool,
+}
+
+impl TempOutput {
+    fn create(output: &Path) -> Result<TempOutput> {
+        let name = output
+            .file_name()
+            .ok_or_else(|| Error::Invalid(format!("{}: not a file name", output.display())))?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".fntrace-{}.tmp", std::process::id()));
+        let tmp = output.with_file_name(tmp_name);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(Error::io_at(format!("{}: cannot create", output.display())))?;
+        Ok(TempOutput {
+            tmp,
+            output: output.to_path_buf(),
+            done: false,
+        })
+    }
+
+    fn file(&self) -> Result<std::fs::File> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.tmp)
+            .map_err(Error::io_at(format!(
+                "{}: cannot create",
+                self.output.display()
+            )))
+    }
+
+    fn persist(mut self) -> Result<()> {
+        std::fs::rename(&self.tmp, &self.output).map_err(Error::io_at(format!(
+            "{}: cannot write",
+            self.output.display()
+        )))?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempOutput {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// The module of the traced process's executable (the first module when

@@ -60,6 +60,9 @@ extern "C" fn exit_entry(slot: u64, rax: u64) -> u64 {
 macro_rules! saving_trampoline {
     ([$($pre:expr),*], [$($args:literal),*], [$($post:literal),*], [$($tail:literal),*], $($operands:tt)*) => {
         core::arch::naked_asm!(
+            // An indirect-branch target (PLT jumps, `jmp [rip]` stubs):
+            // a landing pad for CET's indirect branch tracking.
+            "endbr64",
             $($pre,)*
             "push rbp",
             "mov rbp, rsp",
@@ -233,7 +236,12 @@ unsafe extern "C" fn site_entry(func: u64, slot: *mut u64, regs: *const u64) -> 
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_site_exit() {
     // Back to the caller with a `ret` the return stack buffer predicts.
-    exit_trampoline!([], "pop rdx\npop rax\npush r10\nret\n", ["push r11", "ret"])
+    // Reached through a `jmp [rip]` stub: a landing pad for CET.
+    exit_trampoline!(
+        ["endbr64"],
+        "pop rdx\npop rax\npush r10\nret\n",
+        ["push r11", "ret"]
+    )
 }
 
 /// Where hijacked returns land. Never called directly.

@@ -136,3 +136,13 @@ pub fn socket_dir() -> PathBuf {
 pub fn socket_path(pid: u32) -> PathBuf {
     socket_dir().join(format!("{pid}.sock"))
 }
+
+/// The name of process `pid`'s control socket in the abstract namespace
+/// (no file), used when the socket directory cannot be used: another user
+/// created it first (it is in a world-writable directory), or it is not
+/// private. Anyone may bind an abstract name, so both sides check the
+/// other with `SO_PEERCRED`: the runtime the client's uid, the client the
+/// server's pid and uid.
+pub fn abstract_socket_name(pid: u32) -> String {
+    format!("fntrace-control/{pid}")
+}

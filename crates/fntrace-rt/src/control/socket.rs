@@ -6,7 +6,13 @@
 //! before use (owned by us, not a symlink, no access for group or others),
 //! so only the same user can reach the socket; each connection is checked
 //! again with `SO_PEERCRED` (the peer's effective uid must be ours) and
-//! refused with a message otherwise.
+//! refused with a message otherwise. When DIR cannot be used (another
+//! user created `/tmp/fntrace-UID` first, or it is not private) the socket
+//! is the abstract name [`super::abstract_socket_name`] instead, which no
+//! one can take away for good: the same `SO_PEERCRED` check guards it, and
+//! `fntrace live` checks that the server is the process it asked for.
+//! Sockets of processes that no longer exist (killed before they could
+//! remove theirs) are removed from DIR when a runtime starts.
 //!
 //! Protocol: the server greets with one line (`ok fntrace control, pid
 //! N`, or `error: refused: ...` before it closes); then one command per
@@ -45,7 +51,7 @@ fn private_dir() -> std::io::Result<PathBuf> {
     let me = unsafe { libc::geteuid() };
     if !m.is_dir() || m.uid() != me || m.permissions().mode() & 0o077 != 0 {
         return Err(std::io::Error::other(format!(
-            "{}: not a private directory of uid {me} (mode {:o}, owner {}); control disabled",
+            "{}: not a private directory of uid {me} (mode {:o}, owner {})",
             d.display(),
             m.permissions().mode() & 0o7777,
             m.uid()
@@ -54,22 +60,72 @@ fn private_dir() -> std::io::Result<PathBuf> {
     Ok(d)
 }
 
-/// The socket this process listens on (path, listening descriptor),
-/// removed at exit or when an attached recording detaches.
-static LISTENING: Mutex<Option<(PathBuf, i32)>> = Mutex::new(None);
+/// The socket this process listens on: its path (`None` for an abstract
+/// socket, nothing to remove) and the listening descriptor; removed at
+/// exit or when an attached recording detaches.
+static LISTENING: Mutex<Option<(Option<PathBuf>, i32)>> = Mutex::new(None);
+
+/// Removes the sockets in `dir` of processes that no longer exist.
+fn remove_stale(dir: &std::path::Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".sock"))
+            .and_then(|n| n.parse::<libc::pid_t>().ok())
+            .filter(|&p| p > 0)
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Listens on the abstract socket name of this process.
+fn bind_abstract(pid: u32) -> std::io::Result<UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = super::abstract_socket_name(pid);
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    UnixListener::bind_addr(&addr)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("abstract socket @{name}: {e}")))
+}
 
 /// Starts the control thread (once per process; again in a forked child).
+/// Returns the socket's path (`@NAME` for an abstract socket).
 pub fn start() -> std::io::Result<PathBuf> {
-    let dir = private_dir()?;
     let pid = std::process::id();
-    let path = dir.join(format!("{pid}.sock"));
-    let _ = std::fs::remove_file(&path);
-    let l = UnixListener::bind(&path)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    let (l, path) = match private_dir() {
+        Ok(dir) => {
+            remove_stale(&dir);
+            let path = dir.join(format!("{pid}.sock"));
+            let _ = std::fs::remove_file(&path);
+            let l = UnixListener::bind(&path)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+            (l, path)
+        }
+        // The directory is squatted or unusable: an abstract socket.
+        Err(dir_err) => {
+            let l = bind_abstract(pid)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{dir_err}; {e}")))?;
+            (
+                l,
+                PathBuf::from(format!("@{}", super::abstract_socket_name(pid))),
+            )
+        }
+    };
     {
         use std::os::fd::AsRawFd;
-        *LISTENING.lock().unwrap_or_else(|e| e.into_inner()) = Some((path.clone(), l.as_raw_fd()));
+        let file = (!path.as_os_str().as_encoded_bytes().starts_with(b"@")).then(|| path.clone());
+        *LISTENING.lock().unwrap_or_else(|e| e.into_inner()) = Some((file, l.as_raw_fd()));
     }
     std::thread::Builder::new()
         .name("fntrace-ctl".into())
@@ -84,7 +140,9 @@ pub fn start() -> std::io::Result<PathBuf> {
 /// or when an attached recording detaches).
 pub fn stop() {
     if let Some((p, fd)) = LISTENING.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        let _ = std::fs::remove_file(p);
+        if let Some(p) = p {
+            let _ = std::fs::remove_file(p);
+        }
         // SAFETY: `fd` is the listener the control thread owns (it is
         // closed only when that thread ends, after this wakes it):
         // shutting it down makes its `accept` fail, and the thread ends.

@@ -166,7 +166,7 @@ pub unsafe extern "C" fn mcount() {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _mcount() {
-    core::arch::naked_asm!("jmp {m}", m = sym mcount)
+    core::arch::naked_asm!("endbr64", "jmp {m}", m = sym mcount)
 }
 
 /// `__fentry__`, called by `gcc -pg -mfentry` code as the first
@@ -201,6 +201,7 @@ pub unsafe extern "C" fn __fentry__() {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __cyg_profile_func_enter(_this_fn: *mut u8, _call_site: *mut u8) {
     core::arch::naked_asm!(
+        "endbr64",
         // The stack mark: the stack pointer of the function that called
         // us (rsi is pushed). The newest frame's must be above it (hooks
         // of inlined functions run with the same stack pointer as their
@@ -239,6 +240,7 @@ extern "C" fn cyg_enter(this_fn: *mut u8, call_site: *mut u8, sp: u64) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __cyg_profile_func_exit(_this_fn: *mut u8, _call_site: *mut u8) {
     core::arch::naked_asm!(
+        "endbr64",
         crate::calls::fast::fast_exit!("", "mov r8, rdi\n", "lea r9, [rsp + 8]\n", "ret\n", ""),
         "lea rdx, [rsp + 8]",
         "jmp {slow}",

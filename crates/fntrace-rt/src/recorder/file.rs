@@ -101,17 +101,42 @@ pub(crate) fn open_trace(path: &Path, exclusive: bool) -> io::Result<(libc::c_in
     if !exclusive {
         return open(path, false).map(|fd| (fd, path.to_path_buf()));
     }
+    // Never truncate a trace in exclusive mode: `PATH`, else `PATH.PID`
+    // (a forked child's own name already ends with its pid), else
+    // `PATH.PID.1`, `.2`, ... An image `exec`'d by a process that already
+    // wrote `PATH.PID` (a forked child, or an earlier `exec`) keeps it.
     match open(path, true) {
-        Ok(fd) => Ok((fd, path.to_path_buf())),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let mut p = path.as_os_str().to_owned();
-            p.push(format!(".{}", std::process::id()));
-            let p = PathBuf::from(p);
-            open(&p, false).map(|fd| (fd, p))
-        }
-        Err(e) => Err(e),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        r => return r.map(|fd| (fd, path.to_path_buf())),
     }
+    let pid = format!(".{}", std::process::id());
+    let mut base = path.as_os_str().to_owned();
+    if !base.as_bytes().ends_with(pid.as_bytes()) {
+        base.push(&pid);
+        let p = PathBuf::from(&base);
+        match open(&p, true) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            r => return r.map(|fd| (fd, p)),
+        }
+    }
+    for n in 1..=MAX_EXEC_FILES {
+        let mut p = base.clone();
+        p.push(format!(".{n}"));
+        let p = PathBuf::from(p);
+        match open(&p, true) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            r => return r.map(|fd| (fd, p)),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("{}{pid}.1 to .{MAX_EXEC_FILES} all exist", path.display()),
+    ))
 }
+
+/// How many `PATH.PID.N` files one process id may write (successive
+/// `exec`s of one process).
+const MAX_EXEC_FILES: u32 = 10_000;
 
 pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
     let with_path =

@@ -212,6 +212,8 @@ pub unsafe extern "C" fn fntrace_xray_log_args() {
 #[unsafe(naked)]
 pub unsafe extern "C" fn fntrace_xray_exit() {
     core::arch::naked_asm!(
+        // Reached through a `jmp [rip]` stub: a landing pad for CET.
+        "endbr64",
         // Fast path: rax and rdx saved, r8, r9, r11, rcx, rsi clobbered
         // (dead at a `ret`).
         // The function's return-address slot is at our entry rsp.

@@ -1,0 +1,85 @@
+//! fork + exec under `fntrace record`: a `-pg` program with a thread
+//! forks, the child records 3,000 calls and then execs another `-pg`
+//! program. The exec'd image has the child's pid, so it must not reuse the
+//! child's `PATH.PID` (which it used to open with truncation, wiping the
+//! child's events): it writes `PATH.PID.1`, and `report --children` shows
+//! the calls of every image of the recording.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use common::{fntrace_bin, record_cmd, tool};
+
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hooks");
+
+fn build(dir: &Path, src: &str, name: &str, flags: &[&str]) -> std::path::PathBuf {
+    let out = dir.join(name);
+    let src = format!("{SRC}/{src}");
+    let mut a = vec!["-O2", "-fno-optimize-sibling-calls"];
+    a.extend(flags);
+    a.extend(["-o", out.to_str().unwrap(), &src, "-lpthread"]);
+    tool("gcc", &a);
+    out
+}
+
+/// Calls per function of `fntrace report ARGS --format json`.
+fn report(args: &[&std::ffi::OsStr]) -> HashMap<String, u64> {
+    let o = Command::new(fntrace_bin())
+        .arg("report")
+        .args(args)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["function"].as_str().unwrap().to_string(),
+                r["calls"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_image_execd_by_a_forked_child_keeps_the_childs_trace() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in [("pg", &["-pg"][..]), ("fentry", &["-pg", "-mfentry"][..])] {
+        let dir = d.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let bin = build(&dir, "fork_exec.c", "fork_exec", flags);
+        let target = build(&dir, "exec_target.c", "exec_target", flags);
+        let data = dir.join("t.data");
+        let o = record_cmd(&data, &[], &bin, &[target.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{name}: {err}");
+        assert!(
+            out.contains("exec'd ") && out.contains("parent 6765 0"),
+            "{name}: {out}"
+        );
+        let files = fntrace_cli::tracefile::child_traces(&data);
+        assert_eq!(files.len(), 2, "{name}: {files:?} ({err})");
+        // t.data.PID: the child before exec; t.data.PID.1: the exec'd image.
+        let pre = report(&[files[0].as_os_str()]);
+        assert_eq!(pre.get("leaf"), Some(&3000), "{name}: {pre:?}");
+        let post = report(&[files[1].as_os_str()]);
+        assert_eq!(post.get("other"), Some(&500), "{name}: {post:?}");
+        let all = report(&[data.as_os_str(), "--children".as_ref()]);
+        assert_eq!(all.get("leaf"), Some(&3000), "{name}: {all:?}");
+        assert_eq!(all.get("other"), Some(&500), "{name}: {all:?}");
+        assert!(
+            all.get("fib").is_some_and(|&n| n == 21891),
+            "{name}: {all:?}"
+        );
+        assert!(err.contains("2 more trace(s)"), "{name}: {err}");
+    }
+}
