@@ -20,9 +20,15 @@
 //!    return addresses, which unwinding must see restored);
 //! 4. answers `ok recording ...` and waits for `stop` (or for the socket
 //!    to close: the controller died);
-//! 5. detaches: hook slots back to glibc, every site and sled off, a
-//!    [`Framed::Detach`](fntrace_format::event::Framed::Detach) record, the
-//!    session finished, `ok detached ...`.
+//! 5. detaches: a [`Framed::Detach`](fntrace_format::event::Framed::Detach)
+//!    record and the session finished (in one step, for every thread),
+//!    then hook slots back to glibc, every site and sled off, `ok
+//!    detached ...`.
+//!
+//! Switching on, the order is the reverse: sites and sleds are switched on
+//! while nothing records, then the session starts in one step
+//! ([`super::start_attached`]). Either way no call tree is recorded with
+//! some functions switched and others not yet.
 //!
 //! Calls in flight when recording starts have no entry in the trace: their
 //! exits are dropped (an exit that matches no open frame of the thread is
@@ -198,9 +204,17 @@ fn start(vars: &HashMap<String, OsString>, controller: u64) -> Result<String, St
     // A running program's `call mcount`/`call __fentry__` cannot be
     // rewritten while its threads run; they are taken over through the GOT.
     cfg.keep_calls = true;
-    let path = super::start(&cfg).map_err(|e| format!("cannot record: {e}"))?;
-    recorder::note_attach(controller);
+    // The hooks are taken over while nothing records yet, like the sites.
     let hooks = take_over_hooks();
+    let path = match super::start_attached(&cfg) {
+        Ok(p) => p,
+        Err(e) => {
+            let slots = std::mem::take(&mut *HOOK_SLOTS.lock().unwrap_or_else(|e| e.into_inner()));
+            got::restore(&slots);
+            return Err(format!("cannot record: {e}"));
+        }
+    };
+    recorder::note_attach(controller);
     let (total, on, bad) = crate::dynamic::site_counts();
     let xray = crate::xray::patch::patched_functions().len();
     Ok(format!(
@@ -307,6 +321,11 @@ fn take_over_hooks() -> usize {
 /// Switches everything back off and finishes the session; returns a
 /// summary (`threads=... lost=... bytes=...`).
 fn detach(reason: DetachReason) -> String {
+    // The session ends first, in one step, so that the trace never holds
+    // a call tree with some functions already switched off; then the code
+    // goes back (hooks and sites that still run meanwhile record nothing).
+    recorder::note_detach(reason.code());
+    let s = super::finish();
     let mut slots = std::mem::take(&mut *HOOK_SLOTS.lock().unwrap_or_else(|e| e.into_inner()));
     // Entries stop being recorded before exits do (see take_over_hooks).
     slots.sort_by_key(|r| r.symbol == "__cyg_profile_func_exit");
@@ -314,8 +333,6 @@ fn detach(reason: DetachReason) -> String {
     let sites = crate::dynamic::stop();
     let sleds = crate::xray::api::stop_recording();
     crate::control::socket::stop();
-    recorder::note_detach(reason.code());
-    let s = super::finish();
     ATTACHED.store(false, Ordering::Release);
     match s {
         Some(s) => format!(

@@ -56,10 +56,29 @@ pub enum StartError {
 /// and do not stop the session.
 pub fn start(cfg: &Config) -> Result<PathBuf, StartError> {
     ENV_INIT.call_once(recorder::no_session);
-    start_config(cfg)
+    start_config(cfg, Order::FileFirst)
 }
 
-fn start_config(cfg: &Config) -> Result<PathBuf, StartError> {
+/// Starts a session in a process that was already running (see
+/// [`attach`]): the code is switched on first, while nothing records, and
+/// the session becomes active in one step afterwards, so that no call tree
+/// is recorded with some functions already switched on and others not yet.
+#[cfg(feature = "compiler-hooks")]
+pub(crate) fn start_attached(cfg: &Config) -> Result<PathBuf, StartError> {
+    ENV_INIT.call_once(recorder::no_session);
+    start_config(cfg, Order::CodeFirst)
+}
+
+/// Whether a session's code is switched on after its file exists (at
+/// start-up: nothing else runs yet) or before (attaching).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    FileFirst,
+    #[cfg_attr(not(feature = "compiler-hooks"), allow(dead_code))]
+    CodeFirst,
+}
+
+fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     let path = cfg.output.clone().ok_or(StartError::NoOutput)?;
     // One start at a time, and none while a session runs: the policy of a
     // running session must not change under it.
@@ -76,14 +95,46 @@ fn start_config(cfg: &Config) -> Result<PathBuf, StartError> {
         follow_fork: cfg.exclusive,
     };
     install_process_hooks();
-    let path = recorder::start(&opts)?;
     *PATCH.lock().unwrap_or_else(|e| e.into_inner()) = cfg.patch.clone();
+    if order == Order::CodeFirst {
+        switch_on(cfg);
+    }
+    let path = match recorder::start(&opts) {
+        Ok(p) => p,
+        Err(e) => {
+            if order == Order::CodeFirst {
+                switch_off();
+            }
+            return Err(e.into());
+        }
+    };
+    if order == Order::FileFirst {
+        switch_on(cfg);
+    }
+    Ok(path)
+}
+
+/// Switches on the XRay sleds and patchable sites `cfg` selects (and the
+/// control socket).
+fn switch_on(cfg: &Config) {
     #[cfg(feature = "compiler-hooks")]
     {
         crate::xray::api::start_recording(&cfg.patch);
         start_dynamic(cfg);
     }
-    Ok(path)
+    #[cfg(not(feature = "compiler-hooks"))]
+    let _ = cfg;
+}
+
+/// Switches every XRay sled and patchable site off again, and closes the
+/// control socket.
+pub(crate) fn switch_off() {
+    #[cfg(feature = "compiler-hooks")]
+    {
+        crate::dynamic::stop();
+        crate::xray::api::stop_recording();
+        crate::control::socket::stop();
+    }
 }
 
 /// Starts recording into a new trace file with nothing else configured
@@ -264,7 +315,7 @@ fn init_from_env_once() {
         return;
     }
     let _prof = prof::ProfTimerGuard::new();
-    if let Err(e) = start_config(&cfg) {
+    if let Err(e) = start_config(&cfg, Order::FileFirst) {
         crate::diag::diag!("fntrace: cannot record: {e}");
         recorder::no_session();
     }
