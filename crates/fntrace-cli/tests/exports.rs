@@ -392,7 +392,7 @@ fn replay_shows_arguments_return_values_and_markers() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|e| e["ph"] == "i" && e["name"] == "net_rx")
+            .any(|e| e["ph"] == "i" && e["name"] == "net_rx" && e["args"]["text"] == "len=64")
     );
 }
 
