@@ -291,9 +291,53 @@ impl Sequence<'_> {
             .uint(PKT_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
     }
 
+    /// The common packet of an event without interned data or annotations
+    /// (`name_iid` 0: none, a slice end), built on the stack and appended
+    /// at once: every length is one byte (the packet is at most 41).
+    #[inline(always)]
+    fn small(&mut self, ns: u64, ty: u64, name_iid: u64) {
+        #[inline(always)]
+        fn put(a: &mut [u8; 48], mut n: usize, mut v: u64) -> usize {
+            while v >= 0x80 {
+                a[n] = v as u8 | 0x80;
+                v >>= 7;
+                n += 1;
+            }
+            a[n] = v as u8;
+            n + 1
+        }
+        let ns = ns.max(self.last_ns);
+        let delta = ns - self.last_ns;
+        self.last_ns = ns;
+        let mut a = [0u8; 48];
+        a[0] = (TRACE_PACKET << 3 | 2) as u8;
+        a[2] = (PKT_TIMESTAMP << 3) as u8;
+        let mut n = put(&mut a, 3, delta);
+        a[n] = (PKT_SEQUENCE_ID << 3) as u8;
+        n = put(&mut a, n + 1, self.seq);
+        a[n] = (PKT_TRACK_EVENT << 3 | 2) as u8;
+        let te = n + 2;
+        a[te] = (TE_TYPE << 3) as u8;
+        a[te + 1] = ty as u8;
+        n = te + 2;
+        if name_iid != 0 {
+            a[n] = (TE_NAME_IID << 3) as u8;
+            n = put(&mut a, n + 1, name_iid);
+        }
+        a[te - 1] = (n - te) as u8;
+        a[1] = (n - 2) as u8;
+        self.pb.b.extend_from_slice(&a[..n]);
+        self.events += 1;
+    }
+
     /// A slice begin of `func` at `ns`, with argument values.
     #[inline(always)]
     fn begin(&mut self, func: u64, ns: u64, args: &[i64], sym: &mut Symbolizer<'_>) {
+        if args.is_empty()
+            && let Some(&iid) = self.funcs.get(&func)
+        {
+            return self.small(ns, TYPE_SLICE_BEGIN, iid);
+        }
         let p = self.packet(ns);
         let (iid, _) = self.func_iid(func, sym);
         let te = self.pb.open(PKT_TRACK_EVENT);
@@ -313,6 +357,9 @@ impl Sequence<'_> {
     /// A slice end at `ns`, with the return value.
     #[inline(always)]
     fn end(&mut self, ns: u64, ret: Option<i64>) {
+        if ret.is_none() {
+            return self.small(ns, TYPE_SLICE_END, 0);
+        }
         let p = self.packet(ns);
         let te = self.pb.open(PKT_TRACK_EVENT);
         self.pb.uint(TE_TYPE, TYPE_SLICE_END);
