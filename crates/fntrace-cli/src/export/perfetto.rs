@@ -201,16 +201,28 @@ impl Pb {
 struct FastClock {
     start_tsc: u64,
     start_ns: u64,
-    mult: u128,
+    /// The multiplier's high and low 64 bits (the high part is below
+    /// 2^62: 64-bit operands, one multiplication each).
+    mult_hi: u64,
+    mult_lo: u64,
 }
 
 impl FastClock {
     fn of(trace: &Trace) -> FastClock {
-        let hz = u128::from(trace.tsc_hz().max(1));
+        FastClock::new(
+            trace.tsc_hz(),
+            trace.header().start_tsc,
+            trace.header().start_mono_ns,
+        )
+    }
+
+    fn new(hz: u64, start_tsc: u64, start_ns: u64) -> FastClock {
+        let mult = (1_000_000_000u128 << 96) / u128::from(hz.max(1)) + 1;
         FastClock {
-            start_tsc: trace.header().start_tsc,
-            start_ns: trace.header().start_mono_ns,
-            mult: (1_000_000_000u128 << 96) / hz + 1,
+            start_tsc,
+            start_ns,
+            mult_hi: (mult >> 64) as u64,
+            mult_lo: mult as u64,
         }
     }
 
@@ -218,10 +230,9 @@ impl FastClock {
     #[inline(always)]
     fn ns(&self, tsc: u64) -> u64 {
         let ticks = u128::from(tsc.saturating_sub(self.start_tsc));
-        // (ticks * mult) >> 96 without overflowing 128 bits: split mult.
-        let lo = self.mult as u64 as u128;
-        let hi = self.mult >> 64;
-        let v = (ticks * hi + ((ticks * lo) >> 64)) >> 32;
+        // (ticks * mult) >> 96 without overflowing 128 bits.
+        let lo = (ticks * u128::from(self.mult_lo)) >> 64;
+        let v = (ticks * u128::from(self.mult_hi) + lo) >> 32;
         self.start_ns.wrapping_add(v as u64)
     }
 }
@@ -234,6 +245,9 @@ struct Sequence<'a> {
     last_ns: u64,
     /// Interned names: function key → iid.
     funcs: HashMap<u64, u64>,
+    /// The last function begun and its iid (recursion and loops repeat
+    /// it: no hash lookup).
+    last_func: (u64, u64),
     /// Interned marker names → iid.
     markers: HashMap<String, u64>,
     next_iid: u64,
@@ -337,10 +351,14 @@ impl Sequence<'_> {
     /// A slice begin of `func` at `ns`, with argument values.
     #[inline(always)]
     fn begin(&mut self, func: u64, ns: u64, args: &[i64], sym: &mut Symbolizer<'_>) {
-        if args.is_empty()
-            && let Some(&iid) = self.funcs.get(&func)
-        {
-            return self.small(ns, TYPE_SLICE_BEGIN, iid);
+        if args.is_empty() {
+            if self.last_func.0 == func && self.last_func.1 != 0 {
+                return self.small(ns, TYPE_SLICE_BEGIN, self.last_func.1);
+            }
+            if let Some(&iid) = self.funcs.get(&func) {
+                self.last_func = (func, iid);
+                return self.small(ns, TYPE_SLICE_BEGIN, iid);
+            }
         }
         let p = self.packet(ns);
         let (iid, _) = self.func_iid(func, sym);
@@ -510,6 +528,7 @@ pub fn write_perfetto(out: &mut dyn Write, trace: &Trace) -> io::Result<Perfetto
             seq,
             last_ns: t0,
             funcs: HashMap::default(),
+            last_func: (0, 0),
             markers: HashMap::default(),
             next_iid: 1,
             events: 0,
@@ -597,11 +616,7 @@ mod tests {
     #[test]
     fn fast_clock_matches_the_exact_division() {
         for hz in [1_000_000_000u64, 2_995_200_000, 3_000_000_001, 1_234_567] {
-            let c = FastClock {
-                start_tsc: 0,
-                start_ns: 0,
-                mult: (1_000_000_000u128 << 96) / u128::from(hz) + 1,
-            };
+            let c = FastClock::new(hz, 0, 0);
             for t in [0u64, 1, 7, 999, 123_456_789, 1 << 40, 3 << 50, u64::MAX / 3] {
                 let exact = (u128::from(t) * 1_000_000_000 / u128::from(hz)) as u64;
                 assert_eq!(c.ns(t), exact, "hz {hz} ticks {t}");
