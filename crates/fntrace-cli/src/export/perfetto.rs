@@ -306,8 +306,8 @@ impl Sequence<'_> {
     }
 
     /// The common packet of an event without interned data or annotations
-    /// (`name_iid` 0: none, a slice end), built on the stack and appended
-    /// at once: every length is one byte (the packet is at most 41).
+    /// (`name_iid` 0: none, a slice end), written with every length in one
+    /// byte (the packet is at most 41).
     #[inline(always)]
     fn small(&mut self, ns: u64, ty: u64, name_iid: u64) {
         #[inline(always)]
@@ -323,12 +323,19 @@ impl Sequence<'_> {
         let ns = ns.max(self.last_ns);
         let delta = ns - self.last_ns;
         self.last_ns = ns;
-        let mut a = [0u8; 48];
+        // Written in place (48 bytes reserved, then cut to the packet):
+        // bytes assembled on the stack and copied would be reloaded
+        // before their stores retire (a store-forwarding stall).
+        let len = self.pb.b.len();
+        self.pb.b.resize(len + 48, 0);
+        let a: &mut [u8; 48] = (&mut self.pb.b[len..len + 48])
+            .try_into()
+            .expect("48 bytes");
         a[0] = (TRACE_PACKET << 3 | 2) as u8;
         a[2] = (PKT_TIMESTAMP << 3) as u8;
-        let mut n = put(&mut a, 3, delta);
+        let mut n = put(a, 3, delta);
         a[n] = (PKT_SEQUENCE_ID << 3) as u8;
-        n = put(&mut a, n + 1, self.seq);
+        n = put(a, n + 1, self.seq);
         a[n] = (PKT_TRACK_EVENT << 3 | 2) as u8;
         let te = n + 2;
         a[te] = (TE_TYPE << 3) as u8;
@@ -336,14 +343,10 @@ impl Sequence<'_> {
         n = te + 2;
         if name_iid != 0 {
             a[n] = (TE_NAME_IID << 3) as u8;
-            n = put(&mut a, n + 1, name_iid);
+            n = put(a, n + 1, name_iid);
         }
         a[te - 1] = (n - te) as u8;
         a[1] = (n - 2) as u8;
-        // All 48 bytes (a fixed-size copy the compiler inlines, where
-        // `&a[..n]` would call memmove), then cut to the packet.
-        let len = self.pb.b.len();
-        self.pb.b.extend_from_slice(&a);
         self.pb.b.truncate(len + n);
         self.events += 1;
     }
