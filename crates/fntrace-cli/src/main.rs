@@ -135,6 +135,8 @@ struct ExportArgs {
     /// Output file.
     #[arg(short, long)]
     output: PathBuf,
+    #[command(flatten)]
+    select: fntrace_cli::select::SelectArgs,
 }
 
 // `fntrace info`.
@@ -245,7 +247,7 @@ fn run() -> Result<ExitCode> {
         )?,
         Cmd::Replay(a) => replay::run(&mut out, &a.trace.path, &a.options)?,
         Cmd::Graph(a) => graph::run(&mut out, &a.function, &a.trace.path, a.format, a.depth)?,
-        Cmd::Export(a) => export::run(&a.trace.path, a.format, &a.output)?,
+        Cmd::Export(a) => export::run(&a.trace.path, a.format, &a.output, &a.select)?,
         Cmd::Info(a) => info::run(&mut out, &a.trace.path)?,
         Cmd::Markers(a) => markers::run(&mut out, &a.binary, a.format)?,
         Cmd::Demo(a) => fntrace_cli::demo::run(&mut out, a.n)?,

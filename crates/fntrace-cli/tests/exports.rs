@@ -571,8 +571,10 @@ fn strip_call_suffix(s: &str) -> String {
 }
 
 /// The slices of `fntrace replay`, per thread, in order of entry.
-fn replay_slices(trace: &Path) -> HashMap<u64, Vec<ReplaySlice>> {
-    let out = fntrace_ok(&["replay", "--color", "never", trace.to_str().unwrap()]);
+fn replay_slices(trace: &Path, select: &[&str]) -> HashMap<u64, Vec<ReplaySlice>> {
+    let mut args = vec!["replay", "--color", "never", trace.to_str().unwrap()];
+    args.extend(select);
+    let out = fntrace_ok(&args);
     let mut per: HashMap<u64, Vec<ReplaySlice>> = HashMap::new();
     let mut open: HashMap<u64, Vec<usize>> = HashMap::new();
     for line in out.lines().skip(1) {
@@ -613,13 +615,17 @@ fn replay_slices(trace: &Path) -> HashMap<u64, Vec<ReplaySlice>> {
 /// Every slice of the Perfetto export, decoded with the upstream protos,
 /// is the call `fntrace replay` shows: same threads, names, nesting,
 /// order and durations (within the printed precision plus the 1 ns that
-/// converting begin and end separately may round off).
-fn assert_perfetto_matches_replay(dir: &Path, data: &Path) -> serde_json::Value {
+/// converting begin and end separately may round off), with the same
+/// selection options (`select`) given to both.
+fn assert_perfetto_matches_replay(dir: &Path, data: &Path, select: &[&str]) -> serde_json::Value {
     let pf = dir.join("t.pftrace");
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    fntrace_ok(&["export", &s(data), "--format", "perfetto", "-o", &s(&pf)]);
+    let (data_s, pf_s) = (s(data), s(&pf));
+    let mut args = vec!["export", &data_s, "--format", "perfetto", "-o", &pf_s];
+    args.extend(select);
+    fntrace_ok(&args);
     let v = decode_perfetto(dir, &pf);
-    let want = replay_slices(data);
+    let want = replay_slices(data, select);
     let mut got: HashMap<u64, Vec<&serde_json::Value>> = HashMap::new();
     for sl in v["slices"].as_array().unwrap() {
         got.entry(sl["tid"].as_u64().unwrap()).or_default().push(sl);
@@ -660,7 +666,7 @@ fn perfetto_export_decodes_with_the_upstream_protos_and_matches_replay() {
     let data = d.path().join("t.data");
     let s = |p: &Path| p.to_str().unwrap().to_string();
     fntrace_ok(&["record", "-o", &s(&data), "--", &s(&bin), "threads"]);
-    let v = assert_perfetto_matches_replay(d.path(), &data);
+    let v = assert_perfetto_matches_replay(d.path(), &data, &[]);
     // 8 workers × 1973 fib + worker, plus main.
     assert_eq!(v["slices"].as_array().unwrap().len(), 8 * 1974 + 1);
     // Every thread has its track with its name, under the process.
@@ -700,7 +706,7 @@ fn perfetto_export_has_arguments_return_values_and_markers() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("a.data");
     finish_trace(b, 30_000, &p);
-    let v = assert_perfetto_matches_replay(d.path(), &p);
+    let v = assert_perfetto_matches_replay(d.path(), &p, &[]);
     let sl = v["slices"].as_array().unwrap();
     assert_eq!(sl.len(), 3);
     assert_eq!(sl[0]["name"], "fib");
@@ -747,4 +753,69 @@ fn failed_export_leaves_no_file_and_says_why_in_one_line() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(!out.exists(), "a failed export left {}", out.display());
     }
+}
+
+/// `--tid`, `--filter`, `--depth` and `--threshold` select the same calls
+/// in the Perfetto and Chrome exports as in `replay`; a format without
+/// selections refuses them in one line.
+#[test]
+fn exports_select_the_calls_replay_shows() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = gcc(d.path(), THREADS, "threads", &["-finstrument-functions"]);
+    let data = d.path().join("t.data");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    fntrace_ok(&["record", "-o", &s(&data), "--", &s(&bin), "threads"]);
+    let all = assert_perfetto_matches_replay(d.path(), &data, &[]);
+    let all_n = all["slices"].as_array().unwrap().len();
+    let worker_tid = all["slices"].as_array().unwrap()[1]["tid"]
+        .as_u64()
+        .unwrap();
+    let tid = worker_tid.to_string();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--tid", &tid],
+        vec!["--filter", "worker", "--depth", "3"],
+        vec!["--filter", "^fib$", "--depth", "2"],
+        vec!["--threshold", "2us"],
+        vec!["--tid", &tid, "--threshold", "500ns", "--depth", "4"],
+    ];
+    for case in &cases {
+        let v = assert_perfetto_matches_replay(d.path(), &data, case);
+        let n = v["slices"].as_array().unwrap().len();
+        assert!(n > 0 && n < all_n, "{case:?}: {n} of {all_n}");
+        // Chrome: the same number of calls, every B with its E.
+        let json = d.path().join("t.json");
+        let (data_s, json_s) = (s(&data), s(&json));
+        let mut args = vec!["export", &data_s, "--format", "chrome", "-o", &json_s];
+        args.extend(case);
+        fntrace_ok(&args);
+        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let ev = j["traceEvents"].as_array().unwrap();
+        let b = ev.iter().filter(|e| e["ph"] == "B").count();
+        let e = ev.iter().filter(|e| e["ph"] == "E").count();
+        assert_eq!((b, e), (n, n), "{case:?}");
+    }
+    let tids: std::collections::HashSet<u64> =
+        assert_perfetto_matches_replay(d.path(), &data, &["--tid", &tid])["slices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["tid"].as_u64().unwrap())
+            .collect();
+    assert_eq!(tids.len(), 1);
+    let r = Command::new(fntrace())
+        .args([
+            "export",
+            &s(&data),
+            "--format",
+            "folded",
+            "--tid",
+            &tid,
+            "-o",
+        ])
+        .arg(d.path().join("t.folded"))
+        .output()
+        .unwrap();
+    assert!(!r.status.success());
+    assert_eq!(String::from_utf8_lossy(&r.stderr).lines().count(), 1);
+    assert!(!d.path().join("t.folded").exists());
 }

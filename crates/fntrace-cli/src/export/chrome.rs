@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use fntrace_format::Trace;
 
 use crate::analysis::{Clock, Event, Events, Step};
+use crate::select::{Selected, Selection, Selector};
 use crate::symbols::Symbolizer;
 
 /// Flush the output buffer past this many bytes.
@@ -31,8 +32,9 @@ fn push_us(buf: &mut Vec<u8>, ns: u64) {
 /// argument text as `args.text`), and process and thread names (a
 /// thread's as recorded at exit, else at start) as metadata events.
 /// Written as it is read, one thread after another, with the JSON of each
-/// function name escaped once: memory stays bounded.
-pub fn write_chrome(out: &mut dyn Write, trace: &Trace) -> io::Result<u64> {
+/// function name escaped once: memory stays bounded. Only the calls and
+/// markers `sel` selects are written.
+pub fn write_chrome(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Result<u64> {
     let clock = Clock::of(trace);
     let meta = trace.metadata();
     let mut sym = Symbolizer::new(meta);
@@ -57,25 +59,79 @@ pub fn write_chrome(out: &mut dyn Write, trace: &Trace) -> io::Result<u64> {
     // JSON string of each function's name.
     let mut names: HashMap<u64, Vec<u8>> = HashMap::default();
     let mut n = 0u64;
-    for tid in trace.thread_ids() {
+    for tid in sel.threads(trace) {
         // `,\n{"ph":"` and `","cat":"function","pid":P,"tid":T,"ts":`
         // around the phase letter; the name follows the timestamp.
         let ids = format!("\",\"cat\":\"function\",\"pid\":{pid},\"tid\":{tid},\"ts\":");
         let mut stack: Vec<u64> = vec![];
         let mut events = Events::new(trace, tid);
-        let mut call = |buf: &mut Vec<u8>, ph: u8, func: u64, tsc: u64| {
-            buf.extend_from_slice(b",\n{\"ph\":\"");
-            buf.push(ph);
-            buf.extend_from_slice(ids.as_bytes());
+        let mut selector = (!sel.is_all()).then(|| Selector::new(sel, trace));
+        let mut call =
+            |buf: &mut Vec<u8>, sym: &mut Symbolizer<'_>, ph: u8, func: u64, tsc: u64| {
+                buf.extend_from_slice(b",\n{\"ph\":\"");
+                buf.push(ph);
+                buf.extend_from_slice(ids.as_bytes());
+                push_us(buf, clock.since_start(tsc));
+                buf.extend_from_slice(b",\"name\":");
+                let name = names
+                    .entry(func)
+                    .or_insert_with(|| json_string(sym.name(func)));
+                buf.extend_from_slice(name);
+                buf.push(b'}');
+            };
+        let marker = |buf: &mut Vec<u8>, tsc: u64, name: &str, text: &str| {
+            // An instant event on the thread.
+            buf.extend_from_slice(b",\n{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"marker\",");
+            let _ = write!(buf, "\"pid\":{pid},\"tid\":{tid},\"ts\":");
             push_us(buf, clock.since_start(tsc));
             buf.extend_from_slice(b",\"name\":");
-            let name = names
-                .entry(func)
-                .or_insert_with(|| json_string(sym.name(func)));
-            buf.extend_from_slice(name);
-            buf.push(b'}');
+            buf.extend_from_slice(&json_string(name));
+            buf.extend_from_slice(b",\"args\":{\"text\":");
+            buf.extend_from_slice(&json_string(text));
+            buf.extend_from_slice(b"}}");
         };
-        loop {
+        while let Some(selector) = &mut selector {
+            if buf.len() >= FLUSH_AT {
+                out.write_all(&buf)?;
+                buf.clear();
+            }
+            let x = match events.next() {
+                None => break,
+                Some(Event::Enter { func, tsc, .. }) => selector.enter(func, tsc, &mut sym),
+                Some(Event::Exit { tsc, .. }) => selector.exit(tsc),
+                Some(Event::Marker { tsc, name, text }) => {
+                    let (shown, x) = selector.marker(tsc);
+                    for &x in x {
+                        let Selected::Begin { func, tsc } = x else {
+                            continue;
+                        };
+                        stack.push(func);
+                        call(&mut buf, &mut sym, b'B', func, tsc);
+                        n += 1;
+                    }
+                    if shown {
+                        marker(&mut buf, tsc, &name, &text);
+                        n += 1;
+                    }
+                    continue;
+                }
+                Some(Event::Args(_) | Event::RetVal(_)) => continue,
+            };
+            for &x in x {
+                match x {
+                    Selected::Begin { func, tsc } => {
+                        stack.push(func);
+                        call(&mut buf, &mut sym, b'B', func, tsc);
+                    }
+                    Selected::End { tsc } => {
+                        let func = stack.pop().unwrap_or(0);
+                        call(&mut buf, &mut sym, b'E', func, tsc);
+                    }
+                }
+                n += 1;
+            }
+        }
+        while selector.is_none() {
             if buf.len() >= FLUSH_AT {
                 out.write_all(&buf)?;
                 buf.clear();
@@ -94,22 +150,14 @@ pub fn write_chrome(out: &mut dyn Write, trace: &Trace) -> io::Result<u64> {
                     }
                     Some(Event::Exit { tsc, .. }) => (b'E', stack.pop().unwrap_or(0), tsc),
                     Some(Event::Marker { tsc, name, text }) => {
-                        // An instant event on the thread.
-                        buf.extend_from_slice(b",\n{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"marker\",");
-                        let _ = write!(buf, "\"pid\":{pid},\"tid\":{tid},\"ts\":");
-                        push_us(&mut buf, clock.since_start(tsc));
-                        buf.extend_from_slice(b",\"name\":");
-                        buf.extend_from_slice(&json_string(&name));
-                        buf.extend_from_slice(b",\"args\":{\"text\":");
-                        buf.extend_from_slice(&json_string(&text));
-                        buf.extend_from_slice(b"}}");
+                        marker(&mut buf, tsc, &name, &text);
                         n += 1;
                         continue;
                     }
                     Some(Event::Args(_) | Event::RetVal(_)) => continue,
                 },
             };
-            call(&mut buf, ph, func, tsc);
+            call(&mut buf, &mut sym, ph, func, tsc);
             n += 1;
         }
         let tname = events.into_summary().name;

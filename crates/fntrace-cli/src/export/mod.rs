@@ -9,6 +9,7 @@ pub mod html;
 pub mod perfetto;
 pub mod xray;
 
+use clap::ValueEnum;
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -22,6 +23,7 @@ pub use xray::{XraySummary, write_xray};
 
 use fntrace_format::{Metadata, ModuleInfo};
 
+use crate::select::{SelectArgs, Selection};
 use crate::tracefile::open_checked;
 use crate::{Error, Result};
 
@@ -48,14 +50,25 @@ pub enum ExportFormat {
     Html,
 }
 
-/// `fntrace export`: writes the trace at `path` to `output` in `format`.
-/// A failed export removes what it had written: no empty or partial file
-/// is left behind.
-pub fn run(path: &Path, format: ExportFormat, output: &Path) -> Result<()> {
+/// `fntrace export`: writes the trace at `path` to `output` in `format`,
+/// with the calls `select` selects (`chrome` and `perfetto` only; the
+/// other formats refuse a selection). A failed export removes what it had
+/// written: no empty or partial file is left behind.
+pub fn run(path: &Path, format: ExportFormat, output: &Path, select: &SelectArgs) -> Result<()> {
+    let sel = select.parse()?;
+    if !sel.is_all() && !matches!(format, ExportFormat::Chrome | ExportFormat::Perfetto) {
+        return Err(Error::Invalid(format!(
+            "--tid, --time-range, --filter, --depth and --threshold apply to the chrome and perfetto exports only, not to {}",
+            format
+                .to_possible_value()
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default()
+        )));
+    }
     let t = open_checked(path)?;
     let file = std::fs::File::create(output)
         .map_err(Error::io_at(format!("{}: cannot create", output.display())))?;
-    let r = write(&t, path, format, output, file);
+    let r = write(&t, path, format, output, file, &sel);
     if r.is_err() {
         let _ = std::fs::remove_file(output);
     }
@@ -69,6 +82,7 @@ fn write(
     format: ExportFormat,
     output: &Path,
     file: std::fs::File,
+    sel: &Selection,
 ) -> Result<()> {
     let mut buf = io::BufWriter::with_capacity(1 << 20, file);
     match format {
@@ -88,7 +102,7 @@ fn write(
             );
         }
         ExportFormat::Perfetto => {
-            let s = write_perfetto(&mut buf, t)
+            let s = write_perfetto(&mut buf, t, sel)
                 .map_err(Error::io_at(format!("{}: cannot write", output.display())))?;
             eprintln!(
                 "fntrace: wrote {} track events of {} threads ({} bytes) to {}",
@@ -99,7 +113,7 @@ fn write(
             );
         }
         ExportFormat::Chrome => {
-            let n = write_chrome(&mut buf, t)?;
+            let n = write_chrome(&mut buf, t, sel)?;
             eprintln!("fntrace: wrote {n} events to {}", output.display());
         }
         ExportFormat::Folded => {

@@ -52,6 +52,7 @@ use std::io::{self, Write};
 use fntrace_format::{Record, Trace};
 
 use crate::analysis::{Event, Events, Step};
+use crate::select::{Selected, Selection, Selector};
 use crate::symbols::Symbolizer;
 
 /// What [`write_perfetto`] wrote.
@@ -462,7 +463,14 @@ fn start_name(trace: &Trace, tid: u32) -> String {
 /// one track per thread with its calls as nested slices, markers as
 /// instants, arguments and return values as debug annotations. Calls whose
 /// exit was lost end where the thread's recording ends, as in every view.
-pub fn write_perfetto(out: &mut dyn Write, trace: &Trace) -> io::Result<PerfettoSummary> {
+/// Only the calls and markers `sel` selects are written (argument values
+/// go with a selected call when its begin is written at its entry, i.e.
+/// without `--threshold`).
+pub fn write_perfetto(
+    out: &mut dyn Write,
+    trace: &Trace,
+    sel: &Selection,
+) -> io::Result<PerfettoSummary> {
     let clock = FastClock::of(trace);
     let meta = trace.metadata();
     let mut sym = Symbolizer::new(meta);
@@ -494,7 +502,7 @@ pub fn write_perfetto(out: &mut dyn Write, trace: &Trace) -> io::Result<Perfetto
         pb.close(td);
         pb.close(p);
     }
-    for (i, tid) in trace.thread_ids().into_iter().enumerate() {
+    for (i, tid) in sel.threads(trace).into_iter().enumerate() {
         let seq = i as u64 + 2;
         let first_name = start_name(trace, tid);
         thread_descriptor(&mut pb, seq, pid, tid, &first_name);
@@ -541,7 +549,67 @@ pub fn write_perfetto(out: &mut dyn Write, trace: &Trace) -> io::Result<Perfetto
         // values follow it.
         let mut pending: Option<(u64, u64)> = None;
         let mut ret: Option<i64> = None;
-        loop {
+        if !sel.is_all() {
+            let mut selector = Selector::new(sel, trace);
+            let apply = |s: &mut Sequence<'_>,
+                         pending: &mut Option<(u64, u64)>,
+                         ret: &mut Option<i64>,
+                         sym: &mut Symbolizer<'_>,
+                         x: &[Selected]| {
+                for &x in x {
+                    if let Some((f, ns)) = pending.take() {
+                        s.begin(f, ns, &[], sym);
+                    }
+                    match x {
+                        Selected::Begin { func, tsc } => *pending = Some((func, clock.ns(tsc))),
+                        Selected::End { tsc } => s.end(clock.ns(tsc), ret.take()),
+                    }
+                }
+            };
+            while let Some(ev) = events.next() {
+                if s.pb.b.len() >= FLUSH_AT {
+                    out.write_all(&s.pb.b)?;
+                    sum.bytes += s.pb.b.len() as u64;
+                    s.pb.b.clear();
+                }
+                match ev {
+                    Event::Enter { func, tsc, .. } => {
+                        let x = selector.enter(func, tsc, &mut sym);
+                        apply(&mut s, &mut pending, &mut ret, &mut sym, x);
+                    }
+                    Event::Exit { tsc, .. } => {
+                        let x = selector.exit(tsc);
+                        apply(&mut s, &mut pending, &mut ret, &mut sym, x);
+                    }
+                    Event::Args(a) => {
+                        if selector.top_selected()
+                            && let Some((f, ns)) = pending.take()
+                        {
+                            s.begin(f, ns, &a, &mut sym);
+                        }
+                    }
+                    Event::RetVal(v) => {
+                        if selector.top_selected() {
+                            ret = Some(v);
+                        }
+                    }
+                    Event::Marker { tsc, name, text } => {
+                        let (shown, x) = selector.marker(tsc);
+                        apply(&mut s, &mut pending, &mut ret, &mut sym, x);
+                        if shown {
+                            if let Some((f, ns)) = pending.take() {
+                                s.begin(f, ns, &[], &mut sym);
+                            }
+                            s.instant(&name, &text, clock.ns(tsc));
+                        }
+                    }
+                }
+            }
+            if let Some((f, ns)) = pending.take() {
+                s.begin(f, ns, &[], &mut sym);
+            }
+        }
+        while sel.is_all() {
             if s.pb.b.len() >= FLUSH_AT {
                 out.write_all(&s.pb.b)?;
                 sum.bytes += s.pb.b.len() as u64;
