@@ -802,6 +802,37 @@ fn exports_select_the_calls_replay_shows() {
             .map(|s| s["tid"].as_u64().unwrap())
             .collect();
     assert_eq!(tids.len(), 1);
+    // --time-range: as many calls as replay shows in the window (a call
+    // entered in it whose parent was not is shown without it, so nesting
+    // is not compared here), and fewer than all.
+    let start = all["start"].as_u64().unwrap();
+    let mut ts: Vec<u64> = all["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["ts"].as_u64().unwrap() - start)
+        .collect();
+    ts.sort();
+    let window = format!("{}ns~{}ns", ts[ts.len() / 4], ts[ts.len() / 2]);
+    let pf = d.path().join("r.pftrace");
+    fntrace_ok(&[
+        "export",
+        &s(&data),
+        "--format",
+        "perfetto",
+        "-o",
+        &s(&pf),
+        "-r",
+        &window,
+    ]);
+    let v = decode_perfetto(d.path(), &pf);
+    let n = v["slices"].as_array().unwrap().len();
+    let shown: usize = replay_slices(&data, &["-r", &window])
+        .values()
+        .map(|v| v.len())
+        .sum();
+    assert_eq!(n, shown, "--time-range {window}");
+    assert!(n > 0 && n < all_n, "{n} of {all_n}");
     let r = Command::new(fntrace())
         .args([
             "export",
