@@ -566,7 +566,7 @@ pub fn write_perfetto(
                     }
                 }
             };
-            while let Some(ev) = events.next() {
+            for ev in events.by_ref() {
                 if s.pb.b.len() >= FLUSH_AT {
                     out.write_all(&s.pb.b)?;
                     sum.bytes += s.pb.b.len() as u64;
