@@ -98,6 +98,8 @@ struct ReportArgs {
     /// function, largest first (PATH is the base, a; OTHER is b).
     #[arg(long, value_name = "OTHER")]
     diff: Option<PathBuf>,
+    #[command(flatten)]
+    select: fntrace_cli::select::SelectArgs,
 }
 
 // `fntrace replay`.
@@ -244,6 +246,7 @@ fn run() -> Result<ExitCode> {
             a.format,
             a.threads,
             a.diff.as_deref(),
+            &a.select,
         )?,
         Cmd::Replay(a) => replay::run(&mut out, &a.trace.path, &a.options)?,
         Cmd::Graph(a) => graph::run(&mut out, &a.function, &a.trace.path, a.format, a.depth)?,

@@ -260,3 +260,86 @@ impl<'s> Selector<'s> {
         (shown, &self.out)
     }
 }
+
+/// A [`crate::analysis::Visitor`] that hands on only the calls (and
+/// markers) a [`Selection`] selects, for views built on
+/// [`crate::analysis::walk_thread`] (`report`). The times of a selected
+/// call are its own: its self time still excludes every recorded child,
+/// selected or not.
+pub struct SelectVisitor<'a, 't> {
+    inner: &'a mut dyn crate::analysis::Visitor,
+    sel: &'a Selection,
+    clock: Clock,
+    threshold_ticks: u64,
+    sym: Symbolizer<'t>,
+    matches: rustc_hash::FxHashMap<u64, bool>,
+    /// Per open call: depth below the filter's match (if inside one) and
+    /// whether it is selected so far (window and depth).
+    open: Vec<(Option<usize>, bool)>,
+}
+
+impl<'a, 't> SelectVisitor<'a, 't> {
+    /// Wraps `inner` for one thread of `trace`.
+    pub fn new(
+        inner: &'a mut dyn crate::analysis::Visitor,
+        sel: &'a Selection,
+        trace: &'t Trace,
+    ) -> SelectVisitor<'a, 't> {
+        let hz = u128::from(trace.tsc_hz().max(1));
+        SelectVisitor {
+            inner,
+            sel,
+            clock: Clock::of(trace),
+            threshold_ticks: (u128::from(sel.threshold_ns) * hz).div_ceil(1_000_000_000) as u64,
+            sym: Symbolizer::new(trace.metadata()),
+            matches: Default::default(),
+            open: vec![],
+        }
+    }
+
+    fn in_time(&self, tsc: u64) -> bool {
+        self.sel.time_range.is_none_or(|(a, b)| {
+            let at = self.clock.since_start(tsc);
+            at >= a && at <= b
+        })
+    }
+}
+
+impl crate::analysis::Visitor for SelectVisitor<'_, '_> {
+    fn enter(&mut self, func: u64, depth: usize, tsc: u64) {
+        let rel = match self.open.last().and_then(|f| f.0) {
+            Some(r) => Some(r + 1),
+            None => {
+                let m = match &self.sel.filter {
+                    None => true,
+                    Some(f) => *self
+                        .matches
+                        .entry(func)
+                        .or_insert_with(|| f.matches(self.sym.name(func))),
+                };
+                m.then_some(0)
+            }
+        };
+        let selected =
+            self.in_time(tsc) && rel.is_some_and(|r| self.sel.depth.is_none_or(|d| r < d));
+        self.open.push((rel, selected));
+        self.inner.enter(func, depth, tsc);
+    }
+
+    fn call(&mut self, call: &crate::analysis::Call) {
+        let selected = self.open.pop().is_some_and(|f| f.1);
+        if selected && call.end - call.start >= self.threshold_ticks {
+            self.inner.call(call);
+        }
+    }
+
+    fn marker(&mut self, name: &str, text: &str, tsc: u64) {
+        let (shown, rel) = match self.open.last() {
+            Some(&(rel, selected)) => (selected, rel.map_or(0, |r| r + 1)),
+            None => (self.sel.filter.is_none(), 0),
+        };
+        if shown && self.in_time(tsc) && self.sel.depth.is_none_or(|d| rel <= d) {
+            self.inner.marker(name, text, tsc);
+        }
+    }
+}

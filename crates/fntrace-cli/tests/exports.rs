@@ -755,9 +755,10 @@ fn failed_export_leaves_no_file_and_says_why_in_one_line() {
     }
 }
 
-/// `--tid`, `--filter`, `--depth` and `--threshold` select the same calls
-/// in the Perfetto and Chrome exports as in `replay`; a format without
-/// selections refuses them in one line.
+/// `--tid`, `--time-range`, `--filter`, `--depth` and `--threshold`
+/// select the same calls in the Perfetto and Chrome exports and in
+/// `report` as in `replay`; a format without selections refuses them in
+/// one line.
 #[test]
 fn exports_select_the_calls_replay_shows() {
     let d = tempfile::tempdir().unwrap();
@@ -793,6 +794,17 @@ fn exports_select_the_calls_replay_shows() {
         let b = ev.iter().filter(|e| e["ph"] == "B").count();
         let e = ev.iter().filter(|e| e["ph"] == "E").count();
         assert_eq!((b, e), (n, n), "{case:?}");
+        // report: the same calls counted.
+        let mut args = vec!["report", &data_s, "--format", "json"];
+        args.extend(case);
+        let rep: serde_json::Value = serde_json::from_str(&fntrace_ok(&args)).unwrap();
+        let calls: u64 = rep
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["calls"].as_u64().unwrap())
+            .sum();
+        assert_eq!(calls as usize, n, "report {case:?}");
     }
     let tids: std::collections::HashSet<u64> =
         assert_perfetto_matches_replay(d.path(), &data, &["--tid", &tid])["slices"]
@@ -832,6 +844,22 @@ fn exports_select_the_calls_replay_shows() {
         .map(|v| v.len())
         .sum();
     assert_eq!(n, shown, "--time-range {window}");
+    let rep: serde_json::Value = serde_json::from_str(&fntrace_ok(&[
+        "report",
+        &s(&data),
+        "--format",
+        "json",
+        "-r",
+        &window,
+    ]))
+    .unwrap();
+    let calls: u64 = rep
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["calls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(calls as usize, n, "report --time-range {window}");
     assert!(n > 0 && n < all_n, "{n} of {all_n}");
     let r = Command::new(fntrace())
         .args([
