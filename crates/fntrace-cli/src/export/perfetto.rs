@@ -550,64 +550,16 @@ pub fn write_perfetto(
         let mut pending: Option<(u64, u64)> = None;
         let mut ret: Option<i64> = None;
         if !sel.is_all() {
-            let mut selector = Selector::new(sel, trace);
-            let apply = |s: &mut Sequence<'_>,
-                         pending: &mut Option<(u64, u64)>,
-                         ret: &mut Option<i64>,
-                         sym: &mut Symbolizer<'_>,
-                         x: &[Selected]| {
-                for &x in x {
-                    if let Some((f, ns)) = pending.take() {
-                        s.begin(f, ns, &[], sym);
-                    }
-                    match x {
-                        Selected::Begin { func, tsc } => *pending = Some((func, clock.ns(tsc))),
-                        Selected::End { tsc } => s.end(clock.ns(tsc), ret.take()),
-                    }
-                }
-            };
-            for ev in events.by_ref() {
-                if s.pb.b.len() >= FLUSH_AT {
-                    out.write_all(&s.pb.b)?;
-                    sum.bytes += s.pb.b.len() as u64;
-                    s.pb.b.clear();
-                }
-                match ev {
-                    Event::Enter { func, tsc, .. } => {
-                        let x = selector.enter(func, tsc, &mut sym);
-                        apply(&mut s, &mut pending, &mut ret, &mut sym, x);
-                    }
-                    Event::Exit { tsc, .. } => {
-                        let x = selector.exit(tsc);
-                        apply(&mut s, &mut pending, &mut ret, &mut sym, x);
-                    }
-                    Event::Args(a) => {
-                        if selector.top_selected()
-                            && let Some((f, ns)) = pending.take()
-                        {
-                            s.begin(f, ns, &a, &mut sym);
-                        }
-                    }
-                    Event::RetVal(v) => {
-                        if selector.top_selected() {
-                            ret = Some(v);
-                        }
-                    }
-                    Event::Marker { tsc, name, text } => {
-                        let (shown, x) = selector.marker(tsc);
-                        apply(&mut s, &mut pending, &mut ret, &mut sym, x);
-                        if shown {
-                            if let Some((f, ns)) = pending.take() {
-                                s.begin(f, ns, &[], &mut sym);
-                            }
-                            s.instant(&name, &text, clock.ns(tsc));
-                        }
-                    }
-                }
-            }
-            if let Some((f, ns)) = pending.take() {
-                s.begin(f, ns, &[], &mut sym);
-            }
+            write_selected(
+                out,
+                &mut s,
+                &mut events,
+                sel,
+                trace,
+                clock,
+                &mut sym,
+                &mut sum,
+            )?;
         }
         while sel.is_all() {
             if s.pb.b.len() >= FLUSH_AT {
@@ -664,6 +616,83 @@ pub fn write_perfetto(
     out.write_all(&pb.b)?;
     sum.bytes += pb.b.len() as u64;
     Ok(sum)
+}
+
+/// Writes the selected events of one thread (see [`Selector`]); kept out
+/// of [`write_perfetto`]'s unselected loop so that the loop stays as tight.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn write_selected(
+    out: &mut dyn Write,
+    s: &mut Sequence<'_>,
+    events: &mut Events<'_>,
+    sel: &Selection,
+    trace: &Trace,
+    clock: FastClock,
+    sym: &mut Symbolizer<'_>,
+    sum: &mut PerfettoSummary,
+) -> io::Result<()> {
+    let mut pending: Option<(u64, u64)> = None;
+    let mut ret: Option<i64> = None;
+    let mut selector = Selector::new(sel, trace);
+    let apply = |s: &mut Sequence<'_>,
+                 pending: &mut Option<(u64, u64)>,
+                 ret: &mut Option<i64>,
+                 sym: &mut Symbolizer<'_>,
+                 x: &[Selected]| {
+        for &x in x {
+            if let Some((f, ns)) = pending.take() {
+                s.begin(f, ns, &[], sym);
+            }
+            match x {
+                Selected::Begin { func, tsc } => *pending = Some((func, clock.ns(tsc))),
+                Selected::End { tsc } => s.end(clock.ns(tsc), ret.take()),
+            }
+        }
+    };
+    for ev in events.by_ref() {
+        if s.pb.b.len() >= FLUSH_AT {
+            out.write_all(&s.pb.b)?;
+            sum.bytes += s.pb.b.len() as u64;
+            s.pb.b.clear();
+        }
+        match ev {
+            Event::Enter { func, tsc, .. } => {
+                let x = selector.enter(func, tsc, sym);
+                apply(s, &mut pending, &mut ret, sym, x);
+            }
+            Event::Exit { tsc, .. } => {
+                let x = selector.exit(tsc);
+                apply(s, &mut pending, &mut ret, sym, x);
+            }
+            Event::Args(a) => {
+                if selector.top_selected()
+                    && let Some((f, ns)) = pending.take()
+                {
+                    s.begin(f, ns, &a, sym);
+                }
+            }
+            Event::RetVal(v) => {
+                if selector.top_selected() {
+                    ret = Some(v);
+                }
+            }
+            Event::Marker { tsc, name, text } => {
+                let (shown, x) = selector.marker(tsc);
+                apply(s, &mut pending, &mut ret, sym, x);
+                if shown {
+                    if let Some((f, ns)) = pending.take() {
+                        s.begin(f, ns, &[], sym);
+                    }
+                    s.instant(&name, &text, clock.ns(tsc));
+                }
+            }
+        }
+    }
+    if let Some((f, ns)) = pending.take() {
+        s.begin(f, ns, &[], sym);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
