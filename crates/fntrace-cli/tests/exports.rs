@@ -728,6 +728,20 @@ fn perfetto_export_has_arguments_return_values_and_markers() {
     assert_eq!(inst[0]["name"], "net_rx");
     assert_eq!(inst[0]["ts"], 10 + 200 + 300 + 5);
     assert_eq!(inst[0]["args"], serde_json::json!({"args": "len=64"}));
+    // Selected: the marker goes with the call it fired in, as in replay,
+    // and the values with their (selected) call.
+    let v = assert_perfetto_matches_replay(d.path(), &p, &["--filter", "leaf"]);
+    assert_eq!(v["slices"].as_array().unwrap().len(), 2);
+    assert_eq!(v["instants"], serde_json::json!([]));
+    assert_eq!(
+        v["slices"][0]["args"],
+        serde_json::json!({"arg1": 2, "retval": 7})
+    );
+    let v = assert_perfetto_matches_replay(d.path(), &p, &["--filter", "fib", "--depth", "1"]);
+    assert_eq!(v["slices"].as_array().unwrap().len(), 1);
+    assert_eq!(v["instants"].as_array().unwrap().len(), 1);
+    let v = assert_perfetto_matches_replay(d.path(), &p, &["--threshold", "400ns"]);
+    assert_eq!(v["slices"].as_array().unwrap().len(), 2);
 }
 
 #[test]
