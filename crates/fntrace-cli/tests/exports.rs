@@ -875,20 +875,38 @@ fn exports_select_the_calls_replay_shows() {
         .sum();
     assert_eq!(calls as usize, n, "report --time-range {window}");
     assert!(n > 0 && n < all_n, "{n} of {all_n}");
+    // Folded stacks of the selected calls: stacks start at the match and
+    // are at most --depth frames.
+    let folded = d.path().join("t.folded");
+    fntrace_ok(&[
+        "export",
+        &s(&data),
+        "--format",
+        "folded",
+        "-o",
+        &s(&folded),
+        "--filter",
+        "worker",
+        "--depth",
+        "2",
+    ]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    assert!(text.lines().count() >= 2, "{text}");
+    for l in text.lines() {
+        let stack = l.rsplit_once(' ').unwrap().0;
+        assert!(
+            stack.starts_with("worker") && stack.split(';').count() <= 2,
+            "{l}"
+        );
+    }
+    // A format without selections refuses them in one line, leaving no file.
+    let html = d.path().join("t.html");
     let r = Command::new(fntrace())
-        .args([
-            "export",
-            &s(&data),
-            "--format",
-            "folded",
-            "--tid",
-            &tid,
-            "-o",
-        ])
-        .arg(d.path().join("t.folded"))
+        .args(["export", &s(&data), "--format", "html", "--tid", &tid, "-o"])
+        .arg(&html)
         .output()
         .unwrap();
     assert!(!r.status.success());
     assert_eq!(String::from_utf8_lossy(&r.stderr).lines().count(), 1);
-    assert!(!d.path().join("t.folded").exists());
+    assert!(!html.exists());
 }

@@ -51,14 +51,22 @@ pub enum ExportFormat {
 }
 
 /// `fntrace export`: writes the trace at `path` to `output` in `format`,
-/// with the calls `select` selects (`chrome` and `perfetto` only; the
-/// other formats refuse a selection). A failed export removes what it had
+/// with the calls `select` selects (`chrome`, `perfetto`, `folded` and
+/// `flamegraph`; the other formats refuse a selection). A failed export removes what it had
 /// written: no empty or partial file is left behind.
 pub fn run(path: &Path, format: ExportFormat, output: &Path, select: &SelectArgs) -> Result<()> {
     let sel = select.parse()?;
-    if !sel.is_all() && !matches!(format, ExportFormat::Chrome | ExportFormat::Perfetto) {
+    if !sel.is_all()
+        && !matches!(
+            format,
+            ExportFormat::Chrome
+                | ExportFormat::Perfetto
+                | ExportFormat::Folded
+                | ExportFormat::Flamegraph
+        )
+    {
         return Err(Error::Invalid(format!(
-            "--tid, --time-range, --filter, --depth and --threshold apply to the chrome and perfetto exports only, not to {}",
+            "--tid, --time-range, --filter, --depth and --threshold apply to the chrome, perfetto, folded and flamegraph exports, not to {}",
             format
                 .to_possible_value()
                 .map(|v| v.get_name().to_string())
@@ -117,7 +125,7 @@ fn write(
             eprintln!("fntrace: wrote {n} events to {}", output.display());
         }
         ExportFormat::Folded => {
-            let n = write_folded(&mut buf, t)?;
+            let n = write_folded(&mut buf, t, sel)?;
             eprintln!("fntrace: wrote {n} stacks to {}", output.display());
         }
         ExportFormat::Flamegraph => {
@@ -127,7 +135,7 @@ fn write(
                 .as_ref()
                 .map(|p| p.args.join(" "))
                 .unwrap_or_else(|| path.display().to_string());
-            let n = write_flamegraph(&mut buf, t, &title)?;
+            let n = write_flamegraph(&mut buf, t, &title, sel)?;
             eprintln!(
                 "fntrace: wrote a flame graph of {n} stacks to {}",
                 output.display()
