@@ -18,6 +18,7 @@ pub mod probe;
 pub mod record;
 pub mod replay;
 pub mod report;
+pub mod select;
 pub mod signals;
 pub mod symbols;
 pub mod tracefile;

@@ -103,6 +103,8 @@ struct ReportArgs {
     /// and merge their rows.
     #[arg(long, conflicts_with = "diff")]
     children: bool,
+    #[command(flatten)]
+    select: fntrace_cli::select::SelectArgs,
 }
 
 // `fntrace replay`.
@@ -140,6 +142,8 @@ struct ExportArgs {
     /// Output file.
     #[arg(short, long)]
     output: PathBuf,
+    #[command(flatten)]
+    select: fntrace_cli::select::SelectArgs,
 }
 
 // `fntrace info`.
@@ -246,12 +250,15 @@ fn run() -> Result<ExitCode> {
             a.sort,
             a.format,
             a.threads,
-            a.diff.as_deref(),
-            a.children,
+            report::With {
+                diff: a.diff.as_deref(),
+                children: a.children,
+            },
+            &a.select,
         )?,
         Cmd::Replay(a) => replay::run(&mut out, &a.trace.path, &a.options)?,
         Cmd::Graph(a) => graph::run(&mut out, &a.function, &a.trace.path, a.format, a.depth)?,
-        Cmd::Export(a) => export::run(&a.trace.path, a.format, &a.output)?,
+        Cmd::Export(a) => export::run(&a.trace.path, a.format, &a.output, &a.select)?,
         Cmd::Info(a) => info::run(&mut out, &a.trace.path)?,
         Cmd::Markers(a) => markers::run(&mut out, &a.binary, a.format)?,
         Cmd::Demo(a) => fntrace_cli::demo::run(&mut out, a.n)?,

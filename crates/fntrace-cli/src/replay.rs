@@ -7,10 +7,10 @@ use std::path::Path;
 
 use fntrace_format::Trace;
 
+use crate::Result;
 use crate::analysis::{Clock, Event, Events, NamePattern, fmt_ns, indent, parse_duration};
 use crate::symbols::Symbolizer;
 use crate::tracefile::open_checked;
-use crate::{Error, Result};
 
 /// Options of `fntrace replay`.
 #[derive(Debug, Clone, Default)]
@@ -285,26 +285,13 @@ pub fn write_replay(out: &mut dyn Write, trace: &Trace, o: &ReplayOptions) -> io
 /// The options of `fntrace replay` as given on the command line.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CliOptions {
-    /// Show this many levels.
-    #[arg(short = 'D', long)]
-    pub depth: Option<usize>,
-    /// Only subtrees of these functions: a full name, a last path
-    /// component (`fib`), or a regular expression (`^app::.*::run$`).
-    #[arg(short = 'F', long)]
-    pub filter: Option<String>,
-    /// Hide calls shorter than this (e.g. 10us).
-    #[arg(short = 't', long)]
-    pub threshold: Option<String>,
-    /// Only this thread.
-    #[arg(long)]
-    pub tid: Option<u32>,
+    /// Which calls: `--tid`, `--time-range`, `--filter`, `--depth`,
+    /// `--threshold` (the same on the exports).
+    #[command(flatten)]
+    pub select: crate::select::SelectArgs,
     /// Show source locations.
     #[arg(long)]
     pub srcline: bool,
-    /// Only calls entered in this window since the start of the
-    /// recording, e.g. `1ms~2.5ms` (either side may be empty).
-    #[arg(short = 'r', long, value_name = "START~END")]
-    pub time_range: Option<String>,
     /// Colour long calls: auto (when stdout is a terminal), always, never.
     #[arg(long, value_enum, default_value = "auto")]
     pub color: ColorMode,
@@ -339,35 +326,17 @@ pub fn parse_range(s: &str) -> Option<(u64, u64)> {
 
 /// `fntrace replay`: the call tree of the trace at `path`.
 pub fn run(out: &mut dyn Write, path: &Path, o: &CliOptions) -> Result<()> {
+    let sel = o.select.parse()?;
     let t = open_checked(path)?;
-    let threshold_ns = match &o.threshold {
-        Some(s) => parse_duration(s)
-            .ok_or_else(|| Error::Invalid(format!("bad --threshold {s:?} (use e.g. 10us, 1ms)")))?,
-        None => 0,
-    };
-    let filter = match &o.filter {
-        Some(f) => {
-            Some(NamePattern::new(f).map_err(Error::pattern(format!("bad --filter {f:?}")))?)
-        }
-        None => None,
-    };
-    let time_range = match &o.time_range {
-        Some(r) => Some(parse_range(r).ok_or_else(|| {
-            Error::Invalid(format!(
-                "bad --time-range {r:?} (use e.g. 1ms~2.5ms, ~10ms, 5s~)"
-            ))
-        })?),
-        None => None,
-    };
     // SAFETY: isatty has no preconditions.
     let tty = unsafe { libc::isatty(1) } == 1;
     let o = ReplayOptions {
-        depth: o.depth,
-        filter,
-        threshold_ns,
-        tid: o.tid,
+        depth: sel.depth,
+        filter: sel.filter,
+        threshold_ns: sel.threshold_ns,
+        tid: sel.tid,
         srcline: o.srcline,
-        time_range,
+        time_range: sel.time_range,
         color: o.color == ColorMode::Always || (o.color == ColorMode::Auto && tty),
     };
     write_replay(out, &t, &o)?;

@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::Result;
 use crate::analysis::{Call, Clock, Visitor, fmt_ns, walk_thread};
 use crate::diff::{diff_rows, write_diff};
+use crate::select::{SelectArgs, SelectVisitor, Selection};
 use crate::symbols::Symbolizer;
 use crate::tracefile::{open_checked, with_progress};
 
@@ -98,20 +99,22 @@ pub enum SortKey {
 
 /// Computes the report rows of a trace.
 pub fn report_rows(trace: &Trace, per_thread: bool, sort: SortKey) -> Vec<Row> {
-    report_rows_and_markers(trace, per_thread, sort).0
+    report_rows_and_markers(trace, per_thread, sort, &Selection::default()).0
 }
 
 /// Computes the report rows of a trace and counts its marker events per
-/// marker name (most first, then by name).
+/// marker name (most first, then by name), of the calls and markers `sel`
+/// selects.
 pub fn report_rows_and_markers(
     trace: &Trace,
     per_thread: bool,
     sort: SortKey,
+    sel: &Selection,
 ) -> (Vec<Row>, Vec<(String, u64)>) {
     let clock = Clock::of(trace);
     // Threads are decoded in parallel, one worker per core, each with its
     // own table; the tables are merged.
-    let tids = trace.thread_ids();
+    let tids = sel.threads(trace);
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -133,7 +136,11 @@ pub fn report_rows_and_markers(
                             tid: if per_thread { tid } else { 0 },
                             markers: &mut markers,
                         };
-                        walk_thread(trace, tid, &mut v);
+                        if sel.is_all() {
+                            walk_thread(trace, tid, &mut v);
+                        } else {
+                            walk_thread(trace, tid, &mut SelectVisitor::new(&mut v, sel, trace));
+                        }
                     }
                     (map, markers)
                 })
@@ -287,6 +294,15 @@ pub fn write_report(out: &mut dyn Write, rows: &[Row], format: Format) -> io::Re
     }
 }
 
+/// Other traces a report reads besides its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct With<'a> {
+    /// Compare with this trace instead (`--diff`).
+    pub diff: Option<&'a Path>,
+    /// Merge the traces of the recording's other processes (`--children`).
+    pub children: bool,
+}
+
 /// `fntrace report`: the report of the trace at `path` (with the marker
 /// counts under a table), or with `diff` the changes from it to that
 /// trace. With `children`, the traces of the recording's other processes
@@ -298,23 +314,30 @@ pub fn run(
     sort: SortKey,
     format: Format,
     threads: bool,
-    diff: Option<&Path>,
-    children: bool,
+    with: With<'_>,
+    select: &SelectArgs,
 ) -> Result<()> {
+    let With { diff, children } = with;
+    let sel = select.parse()?;
     let t = open_checked(path)?;
     if let Some(other) = diff {
+        if !sel.is_all() {
+            return Err(crate::Error::Invalid(
+                "--diff compares whole traces: --tid, --time-range, --filter, --depth and --threshold do not apply".into(),
+            ));
+        }
         let o = open_checked(other)?;
         write_diff(out, &diff_rows(&t, &o), format)?;
         return Ok(());
     }
     let (mut rows, mut markers) = with_progress(&t, 1, "reading", || {
-        report_rows_and_markers(&t, threads, sort)
+        report_rows_and_markers(&t, threads, sort, &sel)
     });
     if children {
         for p in crate::tracefile::child_traces(path) {
             let c = open_checked(&p)?;
             let (r, m) = with_progress(&c, 1, "reading", || {
-                report_rows_and_markers(&c, threads, sort)
+                report_rows_and_markers(&c, threads, sort, &sel)
             });
             rows = merge_rows(rows, r, sort);
             for (name, n) in m {

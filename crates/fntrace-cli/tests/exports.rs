@@ -392,7 +392,7 @@ fn replay_shows_arguments_return_values_and_markers() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|e| e["ph"] == "i" && e["name"] == "net_rx")
+            .any(|e| e["ph"] == "i" && e["name"] == "net_rx" && e["args"]["text"] == "len=64")
     );
 }
 
@@ -490,4 +490,423 @@ fn deep_recursion_exports_and_graph_stay_small() {
             && dot.contains(&format!("\"rec\" -> \"rec\" [label=\"{through}\"]")),
         "{dot}"
     );
+}
+
+/// The upstream Perfetto protos and our decoder of them.
+const PERFETTO_PROTOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_protos");
+
+/// Decodes a Perfetto trace with the upstream `perfetto_trace.proto`
+/// (compiled by `protoc` into Python classes, read by
+/// `perfetto_protos/decode.py`): the process, threads, slices and instants
+/// it holds, as JSON. `protoc` and Python's protobuf package are required
+/// (`scripts/test` installs them).
+fn decode_perfetto(dir: &Path, trace: &Path) -> serde_json::Value {
+    let gen_dir = dir.join("perfetto_pb2");
+    std::fs::create_dir_all(&gen_dir).unwrap();
+    let st = Command::new("protoc")
+        .arg(format!("--python_out={}", gen_dir.display()))
+        .arg(format!("-I{PERFETTO_PROTOS}"))
+        .arg(format!("{PERFETTO_PROTOS}/perfetto_trace.proto"))
+        .status()
+        .expect("protoc (apt protobuf-compiler) is required");
+    assert!(st.success(), "protoc failed on the upstream protos");
+    // Debian's python3-protobuf is installed for the system interpreter.
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let out = Command::new(python)
+        .arg(format!("{PERFETTO_PROTOS}/decode.py"))
+        .arg(&gen_dir)
+        .arg(trace)
+        .output()
+        .expect("python3 with protobuf (apt python3-protobuf) is required");
+    assert!(
+        out.status.success(),
+        "decoding with the upstream protos failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["problems"],
+        serde_json::json!([]),
+        "decoder found problems"
+    );
+    v
+}
+
+/// A slice as `fntrace replay` prints it: name, depth, duration in ns and
+/// the resolution of the printed duration.
+#[derive(Debug)]
+struct ReplaySlice {
+    name: String,
+    depth: usize,
+    dur: u64,
+    resolution: u64,
+}
+
+/// Parses `12.345 us` into (ns, resolution of the printed value).
+fn parse_replay_duration(s: &str) -> (u64, u64) {
+    let (v, unit) = s.trim().split_once(' ').unwrap();
+    let unit = unit.trim();
+    let v: f64 = v.parse().unwrap();
+    let (mult, res) = match unit {
+        "ns" => (1.0, 1),
+        "us" => (1e3, 1),
+        "ms" => (1e6, 1_000),
+        "s" => (1e9, 1_000_000),
+        _ => panic!("unit {unit:?}"),
+    };
+    ((v * mult).round() as u64, res)
+}
+
+/// `name(1, 2) = 3` → `name`.
+fn strip_call_suffix(s: &str) -> String {
+    let s = s.split(" = ").next().unwrap();
+    match s.rfind('(') {
+        Some(i) if s.ends_with(')') => s[..i].to_string(),
+        _ => s.to_string(),
+    }
+}
+
+/// The slices of `fntrace replay`, per thread, in order of entry.
+fn replay_slices(trace: &Path, select: &[&str]) -> HashMap<u64, Vec<ReplaySlice>> {
+    let mut args = vec!["replay", "--color", "never", trace.to_str().unwrap()];
+    args.extend(select);
+    let out = fntrace_ok(&args);
+    let mut per: HashMap<u64, Vec<ReplaySlice>> = HashMap::new();
+    let mut open: HashMap<u64, Vec<usize>> = HashMap::new();
+    for line in out.lines().skip(1) {
+        let (head, body) = line.split_once(" | ").unwrap();
+        let (dur, tid) = head.split_once('[').unwrap();
+        let tid: u64 = tid.trim_end_matches(']').trim().parse().unwrap();
+        let depth = (body.len() - body.trim_start().len()) / 2;
+        let body = body.trim_start();
+        let slices = per.entry(tid).or_default();
+        let stack = open.entry(tid).or_default();
+        if body.starts_with("/* marker ") {
+            continue;
+        } else if let Some(call) = body.strip_suffix(" {") {
+            stack.push(slices.len());
+            slices.push(ReplaySlice {
+                name: strip_call_suffix(call),
+                depth,
+                dur: 0,
+                resolution: 0,
+            });
+        } else if body.starts_with('}') {
+            let i = stack.pop().expect("replay closes an unopened call");
+            (slices[i].dur, slices[i].resolution) = parse_replay_duration(dur);
+        } else {
+            let call = body.split(';').next().unwrap();
+            let (dur, resolution) = parse_replay_duration(dur);
+            slices.push(ReplaySlice {
+                name: strip_call_suffix(call),
+                depth,
+                dur,
+                resolution,
+            });
+        }
+    }
+    per
+}
+
+/// Every slice of the Perfetto export, decoded with the upstream protos,
+/// is the call `fntrace replay` shows: same threads, names, nesting,
+/// order and durations (within the printed precision plus the 1 ns that
+/// converting begin and end separately may round off), with the same
+/// selection options (`select`) given to both.
+fn assert_perfetto_matches_replay(dir: &Path, data: &Path, select: &[&str]) -> serde_json::Value {
+    let pf = dir.join("t.pftrace");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let (data_s, pf_s) = (s(data), s(&pf));
+    let mut args = vec!["export", &data_s, "--format", "perfetto", "-o", &pf_s];
+    args.extend(select);
+    fntrace_ok(&args);
+    let v = decode_perfetto(dir, &pf);
+    let want = replay_slices(data, select);
+    let mut got: HashMap<u64, Vec<&serde_json::Value>> = HashMap::new();
+    for sl in v["slices"].as_array().unwrap() {
+        got.entry(sl["tid"].as_u64().unwrap()).or_default().push(sl);
+    }
+    let mut tids: Vec<_> = want.keys().copied().collect();
+    tids.sort();
+    let mut gtids: Vec<_> = got.keys().copied().collect();
+    gtids.sort();
+    assert_eq!(gtids, tids, "threads with calls");
+    let mut n = 0;
+    for tid in tids {
+        let (w, g) = (&want[&tid], &got[&tid]);
+        assert_eq!(g.len(), w.len(), "calls of thread {tid}");
+        for (w, g) in w.iter().zip(g) {
+            assert_eq!(g["name"].as_str().unwrap(), w.name, "thread {tid}");
+            assert_eq!(g["depth"].as_u64().unwrap() as usize, w.depth, "{}", w.name);
+            let dur = g["dur"].as_u64().unwrap();
+            assert!(
+                dur.abs_diff(w.dur) <= w.resolution + 1,
+                "{} on {tid}: {dur} ns, replay {} ns",
+                w.name,
+                w.dur
+            );
+            n += 1;
+        }
+        // Time never goes back on a thread.
+        let ts: Vec<u64> = g.iter().map(|s| s["ts"].as_u64().unwrap()).collect();
+        assert!(ts.windows(2).all(|p| p[0] <= p[1]), "thread {tid}");
+    }
+    assert!(n > 0);
+    v
+}
+
+#[test]
+fn perfetto_export_decodes_with_the_upstream_protos_and_matches_replay() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = gcc(d.path(), THREADS, "threads", &["-finstrument-functions"]);
+    let data = d.path().join("t.data");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    fntrace_ok(&["record", "-o", &s(&data), "--", &s(&bin), "threads"]);
+    let v = assert_perfetto_matches_replay(d.path(), &data, &[]);
+    // 8 workers × 1973 fib + worker, plus main.
+    assert_eq!(v["slices"].as_array().unwrap().len(), 8 * 1974 + 1);
+    // Every thread has its track with its name, under the process.
+    let threads = v["threads"].as_object().unwrap();
+    assert_eq!(threads.len(), 9);
+    assert!(threads.values().all(|n| n == "threads"), "{threads:?}");
+    assert_eq!(v["process"]["name"], "threads");
+    assert_eq!(v["process"]["cmdline"][1], "threads");
+    // At most 12 bytes per event (two per call).
+    let bytes = std::fs::metadata(d.path().join("t.pftrace")).unwrap().len();
+    let events = 2 * v["slices"].as_array().unwrap().len() as u64;
+    assert!(bytes <= 12 * events, "{bytes} bytes for {events} events");
+}
+
+#[test]
+fn perfetto_export_has_arguments_return_values_and_markers() {
+    let mut b = synthetic_trace(&[(0x10, "fib"), (0x20, "leaf")]);
+    let mut c = b.new_chunk(&chunk_header(1, 0, 0, 1000));
+    assert!(c.entry(10, 0x10));
+    assert!(c.framed(&Framed::Args { values: &[30, -1] }));
+    assert!(c.entry(200, 0x20));
+    assert!(c.framed(&Framed::Args { values: &[2] }));
+    assert!(c.framed(&Framed::RetVal { value: 7 }));
+    assert!(c.exit(300));
+    assert!(c.framed(&Framed::Marker {
+        d: 5,
+        name: b"net_rx",
+        text: b"len=64"
+    }));
+    assert!(c.framed(&Framed::RetVal { value: 832040 }));
+    assert!(c.exit(10));
+    // A second call of leaf, without values: its name is not interned again.
+    assert!(c.entry(1000, 0x20));
+    assert!(c.exit(20_000));
+    c.seal();
+    b.push_chunk(&c);
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("a.data");
+    finish_trace(b, 30_000, &p);
+    let v = assert_perfetto_matches_replay(d.path(), &p, &[]);
+    let sl = v["slices"].as_array().unwrap();
+    assert_eq!(sl.len(), 3);
+    assert_eq!(sl[0]["name"], "fib");
+    assert_eq!(
+        sl[0]["args"],
+        serde_json::json!({"arg1": 30, "arg2": -1, "retval": 832040})
+    );
+    assert_eq!(sl[1]["name"], "leaf");
+    assert_eq!(sl[1]["args"], serde_json::json!({"arg1": 2, "retval": 7}));
+    assert_eq!(sl[2]["args"], serde_json::json!({}));
+    // A 1 GHz clock: nanoseconds are ticks, from the start of the recording.
+    assert_eq!(sl[0]["ts"], 10);
+    assert_eq!(sl[1]["ts"], 210);
+    assert_eq!(sl[1]["dur"], 300);
+    assert_eq!(sl[0]["dur"], 200 + 300 + 5 + 10);
+    assert_eq!(sl[2]["dur"], 20_000);
+    let inst = v["instants"].as_array().unwrap();
+    assert_eq!(inst.len(), 1);
+    assert_eq!(inst[0]["name"], "net_rx");
+    assert_eq!(inst[0]["ts"], 10 + 200 + 300 + 5);
+    assert_eq!(inst[0]["args"], serde_json::json!({"args": "len=64"}));
+    // Selected: the marker goes with the call it fired in, as in replay,
+    // and the values with their (selected) call.
+    let v = assert_perfetto_matches_replay(d.path(), &p, &["--filter", "leaf"]);
+    assert_eq!(v["slices"].as_array().unwrap().len(), 2);
+    assert_eq!(v["instants"], serde_json::json!([]));
+    assert_eq!(
+        v["slices"][0]["args"],
+        serde_json::json!({"arg1": 2, "retval": 7})
+    );
+    let v = assert_perfetto_matches_replay(d.path(), &p, &["--filter", "fib", "--depth", "1"]);
+    assert_eq!(v["slices"].as_array().unwrap().len(), 1);
+    assert_eq!(v["instants"].as_array().unwrap().len(), 1);
+    let v = assert_perfetto_matches_replay(d.path(), &p, &["--threshold", "400ns"]);
+    assert_eq!(v["slices"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn failed_export_leaves_no_file_and_says_why_in_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let bad = d.path().join("bad.data");
+    std::fs::write(&bad, b"not a trace at all, just some bytes").unwrap();
+    let out = d.path().join("t.pftrace");
+    for input in [bad.clone(), d.path().join("missing.data")] {
+        let r = Command::new(fntrace())
+            .args([
+                "export",
+                input.to_str().unwrap(),
+                "--format",
+                "perfetto",
+                "-o",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(!r.status.success());
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!out.exists(), "a failed export left {}", out.display());
+    }
+}
+
+/// `--tid`, `--time-range`, `--filter`, `--depth` and `--threshold`
+/// select the same calls in the Perfetto and Chrome exports and in
+/// `report` as in `replay`; a format without selections refuses them in
+/// one line.
+#[test]
+fn exports_select_the_calls_replay_shows() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = gcc(d.path(), THREADS, "threads", &["-finstrument-functions"]);
+    let data = d.path().join("t.data");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    fntrace_ok(&["record", "-o", &s(&data), "--", &s(&bin), "threads"]);
+    let all = assert_perfetto_matches_replay(d.path(), &data, &[]);
+    let all_n = all["slices"].as_array().unwrap().len();
+    let worker_tid = all["slices"].as_array().unwrap()[1]["tid"]
+        .as_u64()
+        .unwrap();
+    let tid = worker_tid.to_string();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--tid", &tid],
+        vec!["--filter", "worker", "--depth", "3"],
+        vec!["--filter", "^fib$", "--depth", "2"],
+        vec!["--threshold", "2us"],
+        vec!["--tid", &tid, "--threshold", "500ns", "--depth", "4"],
+    ];
+    for case in &cases {
+        let v = assert_perfetto_matches_replay(d.path(), &data, case);
+        let n = v["slices"].as_array().unwrap().len();
+        assert!(n > 0 && n < all_n, "{case:?}: {n} of {all_n}");
+        // Chrome: the same number of calls, every B with its E.
+        let json = d.path().join("t.json");
+        let (data_s, json_s) = (s(&data), s(&json));
+        let mut args = vec!["export", &data_s, "--format", "chrome", "-o", &json_s];
+        args.extend(case);
+        fntrace_ok(&args);
+        let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let ev = j["traceEvents"].as_array().unwrap();
+        let b = ev.iter().filter(|e| e["ph"] == "B").count();
+        let e = ev.iter().filter(|e| e["ph"] == "E").count();
+        assert_eq!((b, e), (n, n), "{case:?}");
+        // report: the same calls counted.
+        let mut args = vec!["report", &data_s, "--format", "json"];
+        args.extend(case);
+        let rep: serde_json::Value = serde_json::from_str(&fntrace_ok(&args)).unwrap();
+        let calls: u64 = rep
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["calls"].as_u64().unwrap())
+            .sum();
+        assert_eq!(calls as usize, n, "report {case:?}");
+    }
+    let tids: std::collections::HashSet<u64> =
+        assert_perfetto_matches_replay(d.path(), &data, &["--tid", &tid])["slices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["tid"].as_u64().unwrap())
+            .collect();
+    assert_eq!(tids.len(), 1);
+    // --time-range: as many calls as replay shows in the window (a call
+    // entered in it whose parent was not is shown without it, so nesting
+    // is not compared here), and fewer than all.
+    let start = all["start"].as_u64().unwrap();
+    let mut ts: Vec<u64> = all["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["ts"].as_u64().unwrap() - start)
+        .collect();
+    ts.sort();
+    let window = format!("{}ns~{}ns", ts[ts.len() / 4], ts[ts.len() / 2]);
+    let pf = d.path().join("r.pftrace");
+    fntrace_ok(&[
+        "export",
+        &s(&data),
+        "--format",
+        "perfetto",
+        "-o",
+        &s(&pf),
+        "-r",
+        &window,
+    ]);
+    let v = decode_perfetto(d.path(), &pf);
+    let n = v["slices"].as_array().unwrap().len();
+    let shown: usize = replay_slices(&data, &["-r", &window])
+        .values()
+        .map(|v| v.len())
+        .sum();
+    assert_eq!(n, shown, "--time-range {window}");
+    let rep: serde_json::Value = serde_json::from_str(&fntrace_ok(&[
+        "report",
+        &s(&data),
+        "--format",
+        "json",
+        "-r",
+        &window,
+    ]))
+    .unwrap();
+    let calls: u64 = rep
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["calls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(calls as usize, n, "report --time-range {window}");
+    assert!(n > 0 && n < all_n, "{n} of {all_n}");
+    // Folded stacks of the selected calls: stacks start at the match and
+    // are at most --depth frames.
+    let folded = d.path().join("t.folded");
+    fntrace_ok(&[
+        "export",
+        &s(&data),
+        "--format",
+        "folded",
+        "-o",
+        &s(&folded),
+        "--filter",
+        "worker",
+        "--depth",
+        "2",
+    ]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    assert!(text.lines().count() >= 2, "{text}");
+    for l in text.lines() {
+        let stack = l.rsplit_once(' ').unwrap().0;
+        assert!(
+            stack.starts_with("worker") && stack.split(';').count() <= 2,
+            "{l}"
+        );
+    }
+    // A format without selections refuses them in one line, leaving no file.
+    let html = d.path().join("t.html");
+    let r = Command::new(fntrace())
+        .args(["export", &s(&data), "--format", "html", "--tid", &tid, "-o"])
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(!r.status.success());
+    assert_eq!(String::from_utf8_lossy(&r.stderr).lines().count(), 1);
+    assert!(!html.exists());
 }

@@ -6,38 +6,38 @@ use std::io::{self, Write};
 
 use fntrace_format::Trace;
 
-use crate::analysis::Clock;
+use crate::analysis::{Clock, Event, Events, Step};
+use crate::select::{Selected, Selection, Selector};
+use crate::symbols::Symbolizer;
 
-/// Thread names of a trace (as recorded at exit, else at start).
-fn thread_names(trace: &Trace) -> HashMap<u32, String> {
-    let mut names = HashMap::default();
-    for tid in trace.thread_ids() {
-        for r in trace.stream(tid) {
-            match r {
-                fntrace_format::Record::ThreadStart { name, .. } => {
-                    names.entry(tid).or_insert(name);
-                }
-                fntrace_format::Record::ThreadExit { name, .. } => {
-                    names.insert(tid, name);
-                }
-                _ => {}
-            }
-        }
-    }
-    names
+/// Flush the output buffer past this many bytes.
+const FLUSH_AT: usize = 1 << 20;
+
+/// `s` as a JSON string literal (quotes included).
+fn json_string(s: &str) -> Vec<u8> {
+    serde_json::to_vec(s).unwrap_or_else(|_| b"\"\"".to_vec())
+}
+
+/// Appends `ns` as microseconds with three decimals (exact: no float).
+#[inline]
+fn push_us(buf: &mut Vec<u8>, ns: u64) {
+    let _ = write!(buf, "{}.{:03}", ns / 1000, ns % 1000);
 }
 
 /// Writes Chrome's Trace Event JSON (`{"traceEvents": [...]}`), which
 /// Perfetto UI and chrome://tracing open: one `B` and one `E` event per
 /// call on its thread (calls whose exit was lost end where their thread's
 /// recording ends), timestamps in microseconds since the start of the
-/// recording, and process and thread names as metadata events. Written as
-/// it is read: memory stays bounded.
-pub fn write_chrome(out: &mut dyn Write, trace: &Trace) -> io::Result<u64> {
-    use crate::analysis::{Event, Events};
+/// recording, markers as instant events (category `marker`, their
+/// argument text as `args.text`), and process and thread names (a
+/// thread's as recorded at exit, else at start) as metadata events.
+/// Written as it is read, one thread after another, with the JSON of each
+/// function name escaped once: memory stays bounded. Only the calls and
+/// markers `sel` selects are written.
+pub fn write_chrome(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Result<u64> {
     let clock = Clock::of(trace);
     let meta = trace.metadata();
-    let mut sym = crate::symbols::Symbolizer::new(meta);
+    let mut sym = Symbolizer::new(meta);
     let pid = meta
         .process
         .as_ref()
@@ -48,61 +48,127 @@ pub fn write_chrome(out: &mut dyn Write, trace: &Trace) -> io::Result<u64> {
         .as_ref()
         .map(|p| p.exe.rsplit('/').next().unwrap_or(&p.exe).to_string())
         .unwrap_or_default();
-    let names = thread_names(trace);
-    out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
-    let mut first = true;
-    let mut sep = |out: &mut dyn Write| -> io::Result<()> {
-        if !first {
-            out.write_all(b",\n")?;
-        }
-        first = false;
-        Ok(())
-    };
-    sep(out)?;
-    serde_json::to_writer(
-        &mut *out,
-        &serde_json::json!({"ph":"M","name":"process_name","pid":pid,"tid":0,"args":{"name":pname}}),
-    )?;
+    let mut buf: Vec<u8> = Vec::with_capacity(FLUSH_AT + (64 << 10));
+    buf.extend_from_slice(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+    let _ = write!(
+        buf,
+        "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":"
+    );
+    buf.extend_from_slice(&json_string(&pname));
+    buf.extend_from_slice(b"}}");
+    // JSON string of each function's name.
+    let mut names: HashMap<u64, Vec<u8>> = HashMap::default();
     let mut n = 0u64;
-    for tid in trace.thread_ids() {
-        sep(out)?;
-        let tname = names.get(&tid).cloned().unwrap_or_default();
-        serde_json::to_writer(
-            &mut *out,
-            &serde_json::json!({"ph":"M","name":"thread_name","pid":pid,"tid":tid,"args":{"name":tname}}),
-        )?;
+    for tid in sel.threads(trace) {
+        // `,\n{"ph":"` and `","cat":"function","pid":P,"tid":T,"ts":`
+        // around the phase letter; the name follows the timestamp.
+        let ids = format!("\",\"cat\":\"function\",\"pid\":{pid},\"tid\":{tid},\"ts\":");
         let mut stack: Vec<u64> = vec![];
-        for ev in Events::new(trace, tid) {
-            let (ph, func, tsc) = match ev {
-                Event::Enter { func, tsc, .. } => {
-                    stack.push(func);
-                    ("B", func, tsc)
-                }
-                Event::Exit { tsc, .. } => ("E", stack.pop().unwrap_or(0), tsc),
-                Event::Marker { tsc, name, text } => {
-                    // An instant event on the thread.
-                    sep(out)?;
-                    let ts = clock.since_start(tsc) as f64 / 1000.0;
-                    serde_json::to_writer(
-                        &mut *out,
-                        &serde_json::json!({"ph":"i","s":"t","name":name,"pid":pid,"tid":tid,
-                            "ts":ts,"cat":"marker","args":{"text":text}}),
-                    )?;
-                    n += 1;
+        let mut events = Events::new(trace, tid);
+        let mut selector = (!sel.is_all()).then(|| Selector::new(sel, trace));
+        let mut call =
+            |buf: &mut Vec<u8>, sym: &mut Symbolizer<'_>, ph: u8, func: u64, tsc: u64| {
+                buf.extend_from_slice(b",\n{\"ph\":\"");
+                buf.push(ph);
+                buf.extend_from_slice(ids.as_bytes());
+                push_us(buf, clock.since_start(tsc));
+                buf.extend_from_slice(b",\"name\":");
+                let name = names
+                    .entry(func)
+                    .or_insert_with(|| json_string(sym.name(func)));
+                buf.extend_from_slice(name);
+                buf.push(b'}');
+            };
+        let marker = |buf: &mut Vec<u8>, tsc: u64, name: &str, text: &str| {
+            // An instant event on the thread.
+            buf.extend_from_slice(b",\n{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"marker\",");
+            let _ = write!(buf, "\"pid\":{pid},\"tid\":{tid},\"ts\":");
+            push_us(buf, clock.since_start(tsc));
+            buf.extend_from_slice(b",\"name\":");
+            buf.extend_from_slice(&json_string(name));
+            buf.extend_from_slice(b",\"args\":{\"text\":");
+            buf.extend_from_slice(&json_string(text));
+            buf.extend_from_slice(b"}}");
+        };
+        while let Some(selector) = &mut selector {
+            if buf.len() >= FLUSH_AT {
+                out.write_all(&buf)?;
+                buf.clear();
+            }
+            let x = match events.next() {
+                None => break,
+                Some(Event::Enter { func, tsc, .. }) => selector.enter(func, tsc, &mut sym),
+                Some(Event::Exit { tsc, .. }) => selector.exit(tsc),
+                Some(Event::Marker { tsc, name, text }) => {
+                    let (shown, x) = selector.marker(tsc);
+                    for &x in x {
+                        let Selected::Begin { func, tsc } = x else {
+                            continue;
+                        };
+                        stack.push(func);
+                        call(&mut buf, &mut sym, b'B', func, tsc);
+                        n += 1;
+                    }
+                    if shown {
+                        marker(&mut buf, tsc, &name, &text);
+                        n += 1;
+                    }
                     continue;
                 }
-                Event::Args(_) | Event::RetVal(_) => continue,
+                Some(Event::Args(_) | Event::RetVal(_)) => continue,
             };
-            let ts = clock.since_start(tsc) as f64 / 1000.0;
-            sep(out)?;
-            let name = sym.name(func);
-            serde_json::to_writer(
-                &mut *out,
-                &serde_json::json!({"ph":ph,"name":name,"pid":pid,"tid":tid,"ts":ts,"cat":"function"}),
-            )?;
+            for &x in x {
+                match x {
+                    Selected::Begin { func, tsc } => {
+                        stack.push(func);
+                        call(&mut buf, &mut sym, b'B', func, tsc);
+                    }
+                    Selected::End { tsc } => {
+                        let func = stack.pop().unwrap_or(0);
+                        call(&mut buf, &mut sym, b'E', func, tsc);
+                    }
+                }
+                n += 1;
+            }
+        }
+        while selector.is_none() {
+            if buf.len() >= FLUSH_AT {
+                out.write_all(&buf)?;
+                buf.clear();
+            }
+            let (ph, func, tsc) = match events.step() {
+                Step::Enter { func, tsc, .. } => {
+                    stack.push(func);
+                    (b'B', func, tsc)
+                }
+                Step::Exit { tsc } => (b'E', stack.pop().unwrap_or(0), tsc),
+                Step::Other => match events.next() {
+                    None => break,
+                    Some(Event::Enter { func, tsc, .. }) => {
+                        stack.push(func);
+                        (b'B', func, tsc)
+                    }
+                    Some(Event::Exit { tsc, .. }) => (b'E', stack.pop().unwrap_or(0), tsc),
+                    Some(Event::Marker { tsc, name, text }) => {
+                        marker(&mut buf, tsc, &name, &text);
+                        n += 1;
+                        continue;
+                    }
+                    Some(Event::Args(_) | Event::RetVal(_)) => continue,
+                },
+            };
+            call(&mut buf, &mut sym, ph, func, tsc);
             n += 1;
         }
+        let tname = events.into_summary().name;
+        let _ = write!(
+            buf,
+            ",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":"
+        );
+        buf.extend_from_slice(&json_string(&tname));
+        buf.extend_from_slice(b"}}");
     }
-    out.write_all(b"\n]}\n")?;
+    buf.extend_from_slice(b"\n]}\n");
+    out.write_all(&buf)?;
     Ok(n)
 }

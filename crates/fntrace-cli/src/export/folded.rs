@@ -8,6 +8,7 @@ use std::io::{self, Write};
 use fntrace_format::Trace;
 
 use crate::analysis::Clock;
+use crate::select::{Selected, Selection, Selector};
 
 /// Deepest stack written to folded stacks and flame graphs. A line per
 /// distinct stack is inherently O(depth), so a 100,000-deep recursion
@@ -15,13 +16,54 @@ use crate::analysis::Clock;
 /// nobody can read; calls deeper than this count in the frame at the cut.
 pub const MAX_FOLDED_DEPTH: usize = 1024;
 
+/// The calling-context tree being built, and one thread's open calls.
+struct Cct<'a> {
+    /// (parent node, function, self ticks); node 0 is the root, above
+    /// every thread's outermost calls.
+    nodes: &'a mut Vec<(u32, u64, u64)>,
+    children_of: &'a mut HashMap<(u32, u64), u32>,
+    cut_calls: &'a mut u64,
+    /// Open calls: (node, start, children ticks).
+    stack: Vec<(u32, u64, u64)>,
+}
+
+impl Cct<'_> {
+    fn enter(&mut self, func: u64, tsc: u64) {
+        let parent = self.stack.last().map_or(0, |f| f.0);
+        let node = if self.stack.len() >= MAX_FOLDED_DEPTH {
+            *self.cut_calls += 1;
+            parent
+        } else {
+            let nodes = &mut *self.nodes;
+            *self.children_of.entry((parent, func)).or_insert_with(|| {
+                nodes.push((parent, func, 0));
+                (nodes.len() - 1) as u32
+            })
+        };
+        self.stack.push((node, tsc, 0));
+    }
+
+    fn exit(&mut self, tsc: u64) {
+        let Some((node, start, children)) = self.stack.pop() else {
+            return;
+        };
+        let dur = tsc.saturating_sub(start);
+        if let Some(p) = self.stack.last_mut() {
+            p.2 += dur;
+        }
+        self.nodes[node as usize].2 += dur.saturating_sub(children);
+    }
+}
+
 /// Collapsed stacks (`main;work;fib 1234` per line, the value the self
 /// time in nanoseconds), the input of flame-graph tools; threads merged.
 /// Stacks are aggregated in a calling-context tree (memory grows with the
 /// distinct stacks, not with their depth) and cut at
 /// [`MAX_FOLDED_DEPTH`] frames, with a message saying how many calls the
-/// cut merged.
-pub fn folded_stacks(trace: &Trace) -> Vec<String> {
+/// cut merged. With a selection, the stacks are those of the selected
+/// calls (a selected call whose caller is not selected starts a stack;
+/// the time of unselected callees counts as their caller's self time).
+pub fn folded_stacks(trace: &Trace, sel: &Selection) -> Vec<String> {
     use crate::analysis::{Event, Events};
     let clock = Clock::of(trace);
     let mut sym = crate::symbols::Symbolizer::new(trace.metadata());
@@ -30,37 +72,34 @@ pub fn folded_stacks(trace: &Trace) -> Vec<String> {
     let mut nodes: Vec<(u32, u64, u64)> = vec![(0, 0, 0)];
     let mut children_of: HashMap<(u32, u64), u32> = HashMap::default();
     let mut cut_calls = 0u64;
-    for tid in trace.thread_ids() {
-        // Open calls: (node, start, children ticks).
-        let mut stack: Vec<(u32, u64, u64)> = vec![];
+    let mut cct = Cct {
+        nodes: &mut nodes,
+        children_of: &mut children_of,
+        cut_calls: &mut cut_calls,
+        stack: vec![],
+    };
+    for tid in sel.threads(trace) {
+        cct.stack.clear();
+        let mut selector = (!sel.is_all()).then(|| Selector::new(sel, trace));
         for ev in Events::new(trace, tid) {
-            match ev {
-                Event::Enter { func, tsc, .. } => {
-                    let parent = stack.last().map_or(0, |f| f.0);
-                    let node = if stack.len() >= MAX_FOLDED_DEPTH {
-                        cut_calls += 1;
-                        parent
-                    } else {
-                        *children_of.entry((parent, func)).or_insert_with(|| {
-                            nodes.push((parent, func, 0));
-                            (nodes.len() - 1) as u32
-                        })
-                    };
-                    stack.push((node, tsc, 0));
+            let x = match (&mut selector, ev) {
+                (None, Event::Enter { func, tsc, .. }) => {
+                    cct.enter(func, tsc);
+                    continue;
                 }
-                Event::Exit { tsc, .. } => {
-                    let Some((node, start, children)) = stack.pop() else {
-                        continue;
-                    };
-                    let dur = tsc.saturating_sub(start);
-                    if let Some(p) = stack.last_mut() {
-                        p.2 = p.2.saturating_add(dur);
-                    }
-                    nodes[node as usize].2 = nodes[node as usize]
-                        .2
-                        .saturating_add(dur.saturating_sub(children));
+                (None, Event::Exit { tsc, .. }) => {
+                    cct.exit(tsc);
+                    continue;
                 }
-                Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
+                (Some(s), Event::Enter { func, tsc, .. }) => s.enter(func, tsc, &mut sym),
+                (Some(s), Event::Exit { tsc, .. }) => s.exit(tsc),
+                (_, Event::Args(_) | Event::RetVal(_) | Event::Marker { .. }) => continue,
+            };
+            for &x in x {
+                match x {
+                    Selected::Begin { func, tsc } => cct.enter(func, tsc),
+                    Selected::End { tsc } => cct.exit(tsc),
+                }
             }
         }
     }
@@ -100,9 +139,9 @@ pub fn folded_stacks(trace: &Trace) -> Vec<String> {
     lines
 }
 
-/// Writes the folded stacks, one per line.
-pub fn write_folded(out: &mut dyn Write, trace: &Trace) -> io::Result<usize> {
-    let lines = folded_stacks(trace);
+/// Writes the folded stacks (of the selected calls), one per line.
+pub fn write_folded(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Result<usize> {
+    let lines = folded_stacks(trace, sel);
     for l in &lines {
         writeln!(out, "{l}")?;
     }

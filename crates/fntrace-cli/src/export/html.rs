@@ -49,7 +49,12 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
         .map(|p| p.args.join(" "))
         .unwrap_or_else(|| trace.path().display().to_string());
     let mut svg = Vec::new();
-    write_flamegraph(&mut svg, trace, &title)?;
+    write_flamegraph(
+        &mut svg,
+        trace,
+        &title,
+        &crate::select::Selection::default(),
+    )?;
     let h = trace.header();
     let duration = trace
         .final_block()

@@ -6,8 +6,10 @@ pub mod flamegraph;
 pub mod folded;
 pub mod gmon;
 pub mod html;
+pub mod perfetto;
 pub mod xray;
 
+use clap::ValueEnum;
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -16,10 +18,12 @@ pub use flamegraph::write_flamegraph;
 pub use folded::{MAX_FOLDED_DEPTH, folded_stacks, write_folded};
 pub use gmon::{GmonSummary, write_gmon};
 pub use html::write_html;
+pub use perfetto::{PerfettoSummary, write_perfetto};
 pub use xray::{XraySummary, write_xray};
 
 use fntrace_format::{Metadata, ModuleInfo};
 
+use crate::select::{SelectArgs, Selection};
 use crate::tracefile::open_checked;
 use crate::{Error, Result};
 
@@ -32,6 +36,10 @@ pub enum ExportFormat {
     Xray,
     /// Chrome Trace Event JSON, for Perfetto UI and chrome://tracing.
     Chrome,
+    /// A native Perfetto protobuf trace (track events, interned names), for
+    /// Perfetto UI and trace processor: far smaller and faster to load
+    /// than `chrome`.
+    Perfetto,
     /// Collapsed stacks (self time in ns), for flame-graph tools; stacks
     /// deeper than 1,024 frames are cut there (their time is kept).
     Folded,
@@ -42,12 +50,32 @@ pub enum ExportFormat {
     Html,
 }
 
-/// `fntrace export`: writes the trace at `path` to `output` in `format`.
+/// `fntrace export`: writes the trace at `path` to `output` in `format`,
+/// with the calls `select` selects (`chrome`, `perfetto`, `folded` and
+/// `flamegraph`; the other formats refuse a selection).
 ///
 /// The file is written under a temporary name in the same directory and
 /// renamed into place when complete, so that a failed export leaves no
 /// file (and does not destroy an earlier one).
-pub fn run(path: &Path, format: ExportFormat, output: &Path) -> Result<()> {
+pub fn run(path: &Path, format: ExportFormat, output: &Path, select: &SelectArgs) -> Result<()> {
+    let sel = select.parse()?;
+    if !sel.is_all()
+        && !matches!(
+            format,
+            ExportFormat::Chrome
+                | ExportFormat::Perfetto
+                | ExportFormat::Folded
+                | ExportFormat::Flamegraph
+        )
+    {
+        return Err(Error::Invalid(format!(
+            "--tid, --time-range, --filter, --depth and --threshold apply to the chrome, perfetto, folded and flamegraph exports, not to {}",
+            format
+                .to_possible_value()
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default()
+        )));
+    }
     let t = open_checked(path)?;
     if matches!(format, ExportFormat::Flamegraph | ExportFormat::Html) && counted_only(&t) {
         return Err(Error::Invalid(format!(
@@ -57,10 +85,23 @@ pub fn run(path: &Path, format: ExportFormat, output: &Path) -> Result<()> {
         )));
     }
     let tmp = TempOutput::create(output)?;
-    let mut buf = io::BufWriter::with_capacity(1 << 20, tmp.file()?);
+    write(&t, path, format, output, tmp.file()?, &sel)?;
+    tmp.persist()
+}
+
+/// Writes the export into `file` (the temporary file of `output`).
+fn write(
+    t: &fntrace_format::Trace,
+    path: &Path,
+    format: ExportFormat,
+    output: &Path,
+    file: std::fs::File,
+    sel: &Selection,
+) -> Result<()> {
+    let mut buf = io::BufWriter::with_capacity(1 << 20, file);
     match format {
         ExportFormat::Gmon => {
-            let s = write_gmon(&mut buf, &t)
+            let s = write_gmon(&mut buf, t)
                 .map_err(Error::io_at(format!("{}: cannot export", path.display())))?;
             eprintln!(
                 "fntrace: wrote {} arcs ({} calls, from {}) to {}",
@@ -74,12 +115,23 @@ pub fn run(path: &Path, format: ExportFormat, output: &Path) -> Result<()> {
                 output.display()
             );
         }
+        ExportFormat::Perfetto => {
+            let s = write_perfetto(&mut buf, t, sel)
+                .map_err(Error::io_at(format!("{}: cannot write", output.display())))?;
+            eprintln!(
+                "fntrace: wrote {} track events of {} threads ({} bytes) to {}",
+                s.events,
+                s.threads,
+                s.bytes,
+                output.display()
+            );
+        }
         ExportFormat::Chrome => {
-            let n = write_chrome(&mut buf, &t)?;
+            let n = write_chrome(&mut buf, t, sel)?;
             eprintln!("fntrace: wrote {n} events to {}", output.display());
         }
         ExportFormat::Folded => {
-            let n = write_folded(&mut buf, &t)?;
+            let n = write_folded(&mut buf, t, sel)?;
             eprintln!("fntrace: wrote {n} stacks to {}", output.display());
         }
         ExportFormat::Flamegraph => {
@@ -89,18 +141,18 @@ pub fn run(path: &Path, format: ExportFormat, output: &Path) -> Result<()> {
                 .as_ref()
                 .map(|p| p.args.join(" "))
                 .unwrap_or_else(|| path.display().to_string());
-            let n = write_flamegraph(&mut buf, &t, &title)?;
+            let n = write_flamegraph(&mut buf, t, &title, sel)?;
             eprintln!(
                 "fntrace: wrote a flame graph of {n} stacks to {}",
                 output.display()
             );
         }
         ExportFormat::Html => {
-            write_html(&mut buf, &t)?;
+            write_html(&mut buf, t)?;
             eprintln!("fntrace: wrote {}", output.display());
         }
         ExportFormat::Xray => {
-            let s = write_xray(&mut buf, &t)
+            let s = write_xray(&mut buf, t)
                 .map_err(Error::io_at(format!("{}: cannot export", path.display())))?;
             eprintln!(
                 "fntrace: wrote {} XRay records to {}{}",
@@ -119,8 +171,7 @@ pub fn run(path: &Path, format: ExportFormat, output: &Path) -> Result<()> {
     }
     buf.flush()
         .map_err(Error::io_at(format!("{}: cannot write", output.display())))?;
-    drop(buf);
-    tmp.persist()
+    Ok(())
 }
 
 /// Whether a trace holds counted arcs and no timed call.
