@@ -695,7 +695,7 @@ fn build(plan: &Plan) -> Built {
             }
             match ev {
                 Ev::Entry(..) => depth = depth.wrapping_add(1),
-                Ev::Exit(_) | Ev::Tail(_) => depth = depth.wrapping_sub(1),
+                Ev::Exit(_) | Ev::Tail(_) => depth = depth.saturating_sub(1),
                 _ => {}
             }
         }
