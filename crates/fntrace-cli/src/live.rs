@@ -110,28 +110,6 @@ fn exists(pid: u32) -> bool {
     alive || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// The pid and uid of the process at the other end of `s`.
-fn peer(s: &UnixStream) -> Option<(i32, u32)> {
-    use std::os::fd::AsRawFd;
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: SO_PEERCRED fills a ucred of the size passed.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some((cred.pid, cred.uid))
-}
-
 /// Connects to the control socket of process `pid`: its file in the
 /// socket directory of its user, else its abstract socket (the runtime's
 /// fallback when that directory cannot be used); checks that the server
@@ -199,7 +177,7 @@ fn connect(pid: u32) -> Result<(UnixStream, PathBuf)> {
     };
     // Anyone can bind an abstract name (or a socket in a directory that is
     // not private): talk only to the process asked for, of its owner.
-    match peer(&s) {
+    match fntrace_rt::control::peer(&s) {
         Some((p, u)) if p as u32 == pid && owner.is_none_or(|o| o == u) => Ok((s, path)),
         Some((p, u)) => Err(Error::Invalid(format!(
             "{}: refused: the socket is held by process {p} (uid {u}), not by process {pid}",

@@ -405,23 +405,7 @@ fn accept_from(l: &UnixListener, pid: i32, timeout: Duration) -> Result<UnixStre
     loop {
         match l.accept() {
             Ok((s, _)) => {
-                let mut cred = libc::ucred {
-                    pid: 0,
-                    uid: 0,
-                    gid: 0,
-                };
-                let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
-                // SAFETY: SO_PEERCRED fills a ucred of the size passed.
-                let r = unsafe {
-                    libc::getsockopt(
-                        s.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_PEERCRED,
-                        (&mut cred as *mut libc::ucred).cast(),
-                        &mut len,
-                    )
-                };
-                if r == 0 && cred.pid == pid {
+                if fntrace_rt::control::peer(&s).is_some_and(|p| p.0 == pid) {
                     return Ok(s);
                 }
                 // Someone else: not our runtime.

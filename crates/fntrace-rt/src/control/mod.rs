@@ -120,6 +120,30 @@ pub unsafe extern "C" fn fntrace_disable(pattern: *const libc::c_char) -> libc::
     unsafe { c_switch(pattern, false) }
 }
 
+/// The pid and effective uid of the process at the other end of `s`
+/// (`SO_PEERCRED`), as the kernel recorded them when it connected: what
+/// the control socket, `fntrace live` and `fntrace record -p` check.
+pub fn peer(s: &std::os::unix::net::UnixStream) -> Option<(i32, u32)> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a ucred of the size passed.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some((cred.pid, cred.uid))
+}
+
 /// The directory holding control sockets of this user's processes.
 pub fn socket_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {

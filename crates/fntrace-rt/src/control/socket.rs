@@ -159,28 +159,6 @@ pub fn forget() -> bool {
         .unwrap_or(false)
 }
 
-/// The effective uid of the peer of `s`.
-fn peer_uid(s: &UnixStream) -> Option<u32> {
-    use std::os::fd::AsRawFd;
-    let mut cred: libc::ucred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: SO_PEERCRED fills a ucred of the size passed.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(cred.uid)
-}
-
 fn serve(l: UnixListener) {
     // This thread's own calls are never traced.
     crate::recorder::guarded(|| {
@@ -193,7 +171,7 @@ fn serve(l: UnixListener) {
             };
             // SAFETY: geteuid cannot fail.
             let me = unsafe { libc::geteuid() };
-            match peer_uid(&s) {
+            match super::peer(&s).map(|p| p.1) {
                 Some(u) if u == me => {}
                 u => {
                     let _ = writeln!(
