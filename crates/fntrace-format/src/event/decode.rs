@@ -4,7 +4,7 @@
 
 use super::{
     DetachReason, ModuleInfo, ProcessInfo, Record, SiteInfo, TAG_ARC, TAG_ARGS, TAG_ATTACH,
-    TAG_DETACH, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SITE,
+    TAG_DETACH, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SETTING, TAG_SITE,
     TAG_THREAD_EXIT, TAG_THREAD_START,
 };
 use crate::varint::{get_uvarint, unzigzag};
@@ -314,6 +314,10 @@ impl<'a> Decoder<'a> {
             TAG_DETACH => Record::Detach {
                 tsc: var(&mut p)?,
                 reason: DetachReason::from_code(var(&mut p)?),
+            },
+            TAG_SETTING => Record::Setting {
+                key: string(&mut p)?,
+                value: string(&mut p)?,
             },
             // Unknown tags are skipped whole: that is what the length is for.
             _ => return Some(Record::Unknown { tag }),

@@ -6,7 +6,7 @@ use super::{
     TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SITE,
     TAG_THREAD_EXIT, TAG_THREAD_START,
 };
-use super::{TAG_ATTACH, TAG_DETACH};
+use super::{TAG_ATTACH, TAG_DETACH, TAG_SETTING};
 use crate::varint::{put_uvarint, uvarint_len, zigzag};
 
 /// Destination of framed-record bytes.
@@ -153,6 +153,14 @@ pub enum Framed<'a> {
         /// [`super::DetachReason::code`].
         reason: u64,
     },
+    /// A setting the recording ran with (see `docs/FORMAT.md` for the
+    /// keys readers know).
+    Setting {
+        /// Setting name, such as `time-filter-ns`.
+        key: &'a [u8],
+        /// Its value, as text.
+        value: &'a [u8],
+    },
     /// A call-graph arc counted without timestamps (`record --count`).
     Arc {
         /// Return address in the caller (the call site).
@@ -176,6 +184,7 @@ impl Framed<'_> {
             Framed::Arc { .. } => TAG_ARC,
             Framed::Attach { .. } => TAG_ATTACH,
             Framed::Detach { .. } => TAG_DETACH,
+            Framed::Setting { .. } => TAG_SETTING,
             Framed::Args { .. } => TAG_ARGS,
             Framed::RetVal { .. } => TAG_RETVAL,
             Framed::Marker { .. } => TAG_MARKER,
@@ -241,6 +250,10 @@ impl Framed<'_> {
             Framed::Detach { tsc, reason } => {
                 put_var(s, tsc);
                 put_var(s, reason);
+            }
+            Framed::Setting { key, value } => {
+                put_bytes(s, key);
+                put_bytes(s, value);
             }
             Framed::Args { values } => {
                 put_var(s, values.len() as u64);

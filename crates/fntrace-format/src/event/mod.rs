@@ -63,6 +63,28 @@ pub const TAG_ARC: u8 = 0x0b;
 pub const TAG_ATTACH: u8 = 0x0c;
 /// Framed tag: the runtime detached from the process (metadata).
 pub const TAG_DETACH: u8 = 0x0d;
+/// Framed tag: a setting the recording ran with (metadata: key, value),
+/// such as the record-time time filter or the size limit.
+pub const TAG_SETTING: u8 = 0x0e;
+
+/// Setting key: the record-time time filter in nanoseconds (`record -t`).
+pub const SETTING_TIME_FILTER: &str = "time-filter-ns";
+/// Setting key: the size limit in bytes (`record --max-size`).
+pub const SETTING_MAX_SIZE: &str = "max-size";
+/// Setting key: recording stops this many nanoseconds after it started
+/// (`record --duration`); the program runs on.
+pub const SETTING_DURATION: &str = "duration-ns";
+/// Setting key: the recorded call depth limit (`record --depth`).
+pub const SETTING_DEPTH: &str = "depth";
+/// Setting key: a `-F` pattern (one record per pattern).
+pub const SETTING_FILTER: &str = "filter";
+/// Setting key: a `-N` pattern (one record per pattern).
+pub const SETTING_NOTRACE: &str = "notrace";
+/// Setting key: a `-P` pattern (one record per pattern).
+pub const SETTING_PATCH: &str = "patch";
+/// Setting key: recording was stopped before the program ended; the
+/// value says why (`duration`). The final block's end time is when.
+pub const SETTING_STOPPED: &str = "stopped";
 
 /// Why an attached recording ended ([`Record::Detach`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,6 +262,13 @@ pub enum Record {
         tsc: u64,
         /// Why.
         reason: DetachReason,
+    },
+    /// A setting the recording ran with (metadata).
+    Setting {
+        /// Setting name.
+        key: String,
+        /// Its value.
+        value: String,
     },
     /// A framed record of a tag this reader does not know (skipped).
     Unknown {
