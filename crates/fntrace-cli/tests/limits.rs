@@ -23,12 +23,18 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
+/// Builds `timed.c` with gcc and `flags` (or clang-14, when the first
+/// flag is `clang-14`).
 fn build(flags: &[&str], name: &str) -> PathBuf {
     let bin = tmp(name);
+    let (cc, flags) = match flags.split_first() {
+        Some((&"clang-14", rest)) => ("clang-14", rest),
+        _ => ("gcc", flags),
+    };
     let mut args = vec!["-O2", "-fno-optimize-sibling-calls"];
     args.extend_from_slice(flags);
     args.extend_from_slice(&["-o", bin.to_str().unwrap(), TIMED_C]);
-    tool("gcc", &args);
+    tool(cc, &args);
     bin
 }
 
@@ -85,6 +91,14 @@ fn time_filter_keeps_exactly_the_long_calls_and_their_callers() {
         (&["-pg", "-mfentry"][..], "timed-fentry"),
         (&["-finstrument-functions"][..], "timed-cyg"),
         (&["-fpatchable-function-entry=5"][..], "timed-patchable"),
+        (
+            &[
+                "clang-14",
+                "-fxray-instrument",
+                "-fxray-instruction-threshold=1",
+            ][..],
+            "timed-xray",
+        ),
     ] {
         let bin = build(flags, name);
         let data = tmp(&format!("{name}.data"));

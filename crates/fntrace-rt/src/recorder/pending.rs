@@ -47,12 +47,20 @@ pub(crate) const CAPACITY: usize = 1 << 16;
 /// limit: the entry and an `Args` record of six values.
 const ROOM: usize = MAX_COMPACT_LEN + 64;
 
-/// One held-back call.
+/// One held-back call (16 bytes: the hot path writes only this).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Held {
     tsc: u64,
     func: u64,
+}
+
+/// What `-A`/`-R` captured for a held-back call, in a parallel array
+/// touched only when something is captured (`nargs`/`has_ret` are reset
+/// by `enter` only when the slot was used: `used`).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Extra {
     args: [i64; 6],
     ret: i64,
     nargs: u8,
@@ -65,6 +73,11 @@ pub(crate) struct Held {
 #[repr(C)]
 pub(crate) struct Pending {
     base: *mut Held,
+    /// Parallel to `base`: captured values (reserved with it).
+    extra: *mut Extra,
+    /// Some `extra` slot may hold values of an earlier call (cleared
+    /// by `enter` while set).
+    captured: bool,
     /// Open calls on the stack.
     len: u32,
     /// The oldest `written` of them are written (their entries are in the
@@ -82,6 +95,13 @@ impl Pending {
         self.len = 0;
         self.written = 0;
         self.over = 0;
+    }
+
+    fn extra(&mut self, i: usize) -> &mut Extra {
+        // SAFETY: `i < len <= CAPACITY`; `extra` was reserved with `base`
+        // (all zero at first, a valid `Extra`); only this thread touches
+        // it.
+        unsafe { &mut *self.extra.add(i) }
     }
 
     fn frames(&mut self) -> &mut [Held] {
@@ -103,10 +123,11 @@ impl Pending {
         }
         // SAFETY: an anonymous private mapping at a kernel-chosen address
         // touches no existing memory; only touched pages cost memory.
+        let bytes = CAPACITY * (core::mem::size_of::<Held>() + core::mem::size_of::<Extra>());
         let p = unsafe {
             libc::mmap(
                 ptr::null_mut(),
-                CAPACITY * core::mem::size_of::<Held>(),
+                bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -118,6 +139,9 @@ impl Pending {
             return false;
         }
         self.base = p.cast();
+        // SAFETY: the `Extra` array follows the `Held` array inside the
+        // mapping just made (both 8-byte aligned sizes).
+        self.extra = unsafe { self.base.add(CAPACITY).cast() };
         true
     }
 }
@@ -160,17 +184,13 @@ pub(crate) fn enter(t: &mut ThreadState, func: u64) {
     let i = t.pend.len as usize;
     // SAFETY: `reserve` succeeded and `i < CAPACITY`: the slot is inside
     // the mapping; only this thread touches it.
-    unsafe {
-        t.pend.base.add(i).write(Held {
-            tsc: now,
-            func,
-            args: [0; 6],
-            ret: 0,
-            nargs: 0,
-            has_ret: false,
-        })
-    };
+    unsafe { t.pend.base.add(i).write(Held { tsc: now, func }) };
     t.pend.len += 1;
+    if t.pend.captured {
+        let e = t.pend.extra(i);
+        e.nargs = 0;
+        e.has_ret = false;
+    }
 }
 
 /// The exit of the innermost open call, now: written if the call was
@@ -202,8 +222,11 @@ pub(crate) fn exit(t: &mut ThreadState) {
     flush(t);
     t.pend.len -= 1;
     t.pend.written = t.pend.len;
-    if held.has_ret {
-        write_record(t, false, |_| Framed::RetVal { value: held.ret });
+    if t.pend.captured {
+        let e = *t.pend.extra(top);
+        if e.has_ret {
+            write_record(t, false, |_| Framed::RetVal { value: e.ret });
+        }
     }
     exit_now(t);
 }
@@ -257,12 +280,12 @@ fn write_held(t: &mut ThreadState, upto: u32) {
         let d = held.tsc.saturating_sub(t.cur.last_tsc);
         t.cur.last_tsc += d;
         entry_with_delta(t, held.func, d);
-        if held.nargs > 0 {
-            let n = held.nargs as usize;
+        if t.pend.captured && t.pend.extra(i).nargs > 0 {
+            let e = *t.pend.extra(i);
             // SAFETY: as above.
             let s = unsafe { &*t.session_ptr };
             super::write::write_framed(s, &mut t.cur, t.tid, t.depth, false, |_| Framed::Args {
-                values: &held.args[..n],
+                values: &e.args[..e.nargs as usize],
             });
         }
         if t.session == 0 {
@@ -278,10 +301,11 @@ pub(crate) fn keep_args(t: &mut ThreadState, values: &[i64]) -> bool {
         return false;
     }
     let top = t.pend.len as usize - 1;
-    let h = &mut t.pend.frames()[top];
+    t.pend.captured = true;
+    let e = t.pend.extra(top);
     let n = values.len().min(6);
-    h.args[..n].copy_from_slice(&values[..n]);
-    h.nargs = n as u8;
+    e.args[..n].copy_from_slice(&values[..n]);
+    e.nargs = n as u8;
     true
 }
 
@@ -292,8 +316,9 @@ pub(crate) fn keep_retval(t: &mut ThreadState, value: i64) -> bool {
         return false;
     }
     let top = t.pend.len as usize - 1;
-    let h = &mut t.pend.frames()[top];
-    h.ret = value;
-    h.has_ret = true;
+    t.pend.captured = true;
+    let e = t.pend.extra(top);
+    e.ret = value;
+    e.has_ret = true;
     true
 }
