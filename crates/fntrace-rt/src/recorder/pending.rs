@@ -121,9 +121,9 @@ impl Pending {
         if self.failed {
             return false;
         }
+        let bytes = CAPACITY * (core::mem::size_of::<Held>() + core::mem::size_of::<Extra>());
         // SAFETY: an anonymous private mapping at a kernel-chosen address
         // touches no existing memory; only touched pages cost memory.
-        let bytes = CAPACITY * (core::mem::size_of::<Held>() + core::mem::size_of::<Extra>());
         let p = unsafe {
             libc::mmap(
                 ptr::null_mut(),
