@@ -171,7 +171,7 @@ impl Final {
         put_u64(&mut b, 24, self.tsc_hz);
         put_u64(&mut b, 32, self.chunks);
         put_u64(&mut b, 40, self.lost_events);
-        put_u64(&mut b, 48, self.full_tsc);
+        put_u64(&mut b, 64, self.full_tsc);
         let crc = crc32fast::hash(&b[0..124]);
         put_u32(&mut b, 124, crc);
         b
@@ -196,7 +196,7 @@ impl Final {
             tsc_hz: u64_at(b, 24),
             chunks: u64_at(b, 32),
             lost_events: u64_at(b, 40),
-            full_tsc: u64_at(b, 48),
+            full_tsc: u64_at(b, 64),
         }))
     }
 }

@@ -3,9 +3,9 @@
 //! the first undecodable record as a [`DecodeError`].
 
 use super::{
-    DetachReason, ModuleInfo, ProcessInfo, Record, SiteInfo, TAG_ARC, TAG_ARGS, TAG_ATTACH,
-    TAG_DETACH, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SETTING, TAG_SITE,
-    TAG_THREAD_EXIT, TAG_THREAD_START,
+    DetachReason, EXT_SETTING, ModuleInfo, ProcessInfo, Record, SiteInfo, TAG_ARC, TAG_ARGS,
+    TAG_ATTACH, TAG_DETACH, TAG_EXT, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL,
+    TAG_SITE, TAG_THREAD_EXIT, TAG_THREAD_START,
 };
 use crate::varint::{get_uvarint, unzigzag};
 
@@ -315,9 +315,12 @@ impl<'a> Decoder<'a> {
                 tsc: var(&mut p)?,
                 reason: DetachReason::from_code(var(&mut p)?),
             },
-            TAG_SETTING => Record::Setting {
-                key: string(&mut p)?,
-                value: string(&mut p)?,
+            TAG_EXT => match var(&mut p)? {
+                EXT_SETTING => Record::Setting {
+                    key: string(&mut p)?,
+                    value: string(&mut p)?,
+                },
+                _ => return Some(Record::Unknown { tag }),
             },
             // Unknown tags are skipped whole: that is what the length is for.
             _ => return Some(Record::Unknown { tag }),

@@ -2,11 +2,11 @@
 //! records to write, their lengths, and the [`Sink`]s they are written
 //! into.
 
+use super::{EXT_SETTING, TAG_ATTACH, TAG_DETACH, TAG_EXT};
 use super::{
     TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SITE,
     TAG_THREAD_EXIT, TAG_THREAD_START,
 };
-use super::{TAG_ATTACH, TAG_DETACH, TAG_SETTING};
 use crate::varint::{put_uvarint, uvarint_len, zigzag};
 
 /// Destination of framed-record bytes.
@@ -184,7 +184,7 @@ impl Framed<'_> {
             Framed::Arc { .. } => TAG_ARC,
             Framed::Attach { .. } => TAG_ATTACH,
             Framed::Detach { .. } => TAG_DETACH,
-            Framed::Setting { .. } => TAG_SETTING,
+            Framed::Setting { .. } => TAG_EXT,
             Framed::Args { .. } => TAG_ARGS,
             Framed::RetVal { .. } => TAG_RETVAL,
             Framed::Marker { .. } => TAG_MARKER,
@@ -252,6 +252,7 @@ impl Framed<'_> {
                 put_var(s, reason);
             }
             Framed::Setting { key, value } => {
+                put_var(s, EXT_SETTING);
                 put_bytes(s, key);
                 put_bytes(s, value);
             }

@@ -63,9 +63,13 @@ pub const TAG_ARC: u8 = 0x0b;
 pub const TAG_ATTACH: u8 = 0x0c;
 /// Framed tag: the runtime detached from the process (metadata).
 pub const TAG_DETACH: u8 = 0x0d;
-/// Framed tag: a setting the recording ran with (metadata: key, value),
-/// such as the record-time time filter or the size limit.
-pub const TAG_SETTING: u8 = 0x0e;
+/// Framed tag: an extension record, whose payload starts with a varint
+/// kind (`EXT_*`). The one-byte tag space (`0x01..=0x0f`) is full; new
+/// records are kinds of this one, and readers skip kinds they do not know.
+pub const TAG_EXT: u8 = 0x07;
+/// Extension kind: a setting the recording ran with (metadata: key,
+/// value), such as the record-time time filter or the size limit.
+pub const EXT_SETTING: u64 = 1;
 
 /// Setting key: the record-time time filter in nanoseconds (`record -t`).
 pub const SETTING_TIME_FILTER: &str = "time-filter-ns";
