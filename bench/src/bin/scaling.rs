@@ -53,8 +53,11 @@ fn cpu(bin: &Path, threads: usize, env: &[(&str, String)]) -> f64 {
         .arg(K.to_string())
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(std::process::Stdio::null());
+    #[allow(clippy::zombie_processes)] // reaped by `wait4` below
     let child = c.spawn().expect("run");
     let mut status = 0;
+    // `wait4` below reaps the child (`Child::wait` cannot report its
+    // resource usage).
     // SAFETY: an all-zero rusage is valid; wait4 fills it for our child.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: waiting for our own child with valid out-pointers.

@@ -36,6 +36,7 @@ fn root() -> PathBuf {
 /// CPU seconds (user + system) the run used: unlike wall time, not
 /// inflated by waiting for a core on a loaded machine.
 fn run(bin: &Path, n: u32, env: &[(&str, String)]) -> f64 {
+    #[allow(clippy::zombie_processes)] // reaped by `wait4` below
     let child = Command::new(bin)
         .arg(n.to_string())
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -43,6 +44,8 @@ fn run(bin: &Path, n: u32, env: &[(&str, String)]) -> f64 {
         .spawn()
         .expect("run");
     let mut status = 0;
+    // `wait4` below reaps the child (`Child::wait` cannot report its
+    // resource usage).
     // SAFETY: an all-zero rusage is valid; wait4 fills it for our child.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: waiting for our own child with valid out-pointers.
