@@ -15,6 +15,7 @@ pub mod info;
 pub mod live;
 pub mod markers;
 pub mod probe;
+pub mod progress;
 pub mod record;
 pub mod replay;
 pub mod report;

@@ -99,6 +99,7 @@ impl Options {
             markers: self.markers.clone(),
             control: false,
             keep_calls: std::env::var_os(config::ENV_KEEP_CALLS).is_some_and(|v| v == "1"),
+            ..Config::default()
         })
     }
 }
@@ -195,8 +196,13 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
             child.id()
         );
     }
+    // Progress on a terminal, from the live counters the runtime keeps in
+    // the trace file's header page.
+    let progress = std::io::IsTerminal::is_terminal(&io::stderr())
+        .then(|| crate::progress::Progress::start(output.clone()));
     // Stop forwarding before the child is reaped (its pid could be reused).
     crate::signals::wait_exited(child.id());
+    drop(progress);
     crate::signals::restore();
     let status = child
         .wait()
@@ -316,45 +322,28 @@ fn warn_unmatched_markers(prog: &Path, patterns: &[String]) {
     }
 }
 
-/// Prints what the trace at `output` holds (events, threads, size, damage).
+/// Prints what the trace at `output` holds (events, threads, size,
+/// damage), from the counts the writer keeps (the final block, else the
+/// chunk headers; only chunks without a count are decoded).
 pub(crate) fn print_summary(output: &Path) {
     match Trace::open(output) {
         Ok(t) => {
-            let events: u64 = t
-                .thread_ids()
-                .into_iter()
-                .map(|tid| {
-                    // The fast path: compact events are not built
-                    // into records.
-                    let mut r = t.stream(tid);
-                    let mut n = 0u64;
-                    while let Some(it) = r.next_fast() {
-                        n += match it {
-                            fntrace_format::reader::FastItem::Other(o) => matches!(
-                                *o,
-                                fntrace_format::reader::StreamItem::Record(
-                                    fntrace_format::Record::Entry { .. }
-                                        | fntrace_format::Record::Exit { .. }
-                                )
-                            )
-                                as u64,
-                            _ => 1,
-                        };
-                    }
-                    n
-                })
-                .sum();
+            let events = t.event_count(None).events;
             let arcs = t.metadata().arcs.len();
             let what = if arcs > 0 {
                 format!("{arcs} call-graph arcs")
             } else {
                 format!("{events} events from {} threads", t.thread_ids().len())
             };
+            let ring = crate::info::ring_window(&t)
+                .map(|w| format!("; flight recorder: {}", w.summary()))
+                .unwrap_or_default();
             eprintln!(
-                "fntrace: recorded {} into {} ({} bytes){}",
+                "fntrace: recorded {} into {} ({} bytes){}{}",
                 what,
                 output.display(),
                 t.file_len(),
+                ring,
                 if t.damage().is_empty() {
                     ""
                 } else {

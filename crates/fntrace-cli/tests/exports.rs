@@ -304,6 +304,7 @@ fn synthetic_trace(functions: &[(u64, &str)]) -> TraceBuilder {
         start_mono_ns: 0,
         start_realtime_ns: 0,
         pid: 7,
+        ring_chunks: 0,
     });
     let mut meta = b.new_chunk(&chunk_header(META_TID, 0, 0, 1000));
     for &(key, name) in functions {
@@ -330,6 +331,7 @@ fn finish_trace(b: TraceBuilder, end_tsc: u64, path: &Path) {
         tsc_hz: 1_000_000_000,
         chunks,
         lost_events: 0,
+        ..Final::default()
     });
     std::fs::write(path, bytes).unwrap();
 }

@@ -99,6 +99,25 @@ pub struct Metadata {
     pub detach: Option<(u64, crate::event::DetachReason)>,
 }
 
+/// What [`Trace::event_count`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCount {
+    /// Entry and exit events.
+    pub events: u64,
+    /// Chunks that had no writer's count and were decoded to count them.
+    pub decoded_chunks: u64,
+}
+
+/// Reads the live counters of a trace being recorded (`None` when the
+/// file has none: not an fntrace trace, an older writer, or a torn read).
+pub fn read_live(path: &Path) -> Option<crate::layout::Live> {
+    let f = File::open(path).ok()?;
+    let mut b = [0u8; crate::layout::LIVE_SIZE];
+    f.read_exact_at(&mut b, crate::layout::LIVE_OFFSET as u64)
+        .ok()?;
+    crate::layout::Live::decode(&b)
+}
+
 /// An open trace file.
 #[derive(Debug)]
 pub struct Trace {
@@ -395,6 +414,52 @@ impl Trace {
     /// measure: one pass over every thread reads [`Trace::stream_chunks`]).
     pub fn chunks_read(&self) -> u64 {
         self.chunks_read.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Entry and exit events of thread `tid` (or of every thread when
+    /// `None`), from the counts the writer keeps: the final block's total
+    /// when there is one (`tid == None`), else each chunk's count, decoding
+    /// only the chunks without one (the chunks threads were filling when
+    /// the process died or the trace was finished). Never decodes the
+    /// whole trace of a recording whose writer counted.
+    pub fn event_count(&self, tid: Option<u32>) -> EventCount {
+        if tid.is_none() {
+            if let Some(n) = self.fin.as_ref().and_then(Final::events) {
+                return EventCount {
+                    events: n,
+                    decoded_chunks: 0,
+                };
+            }
+        }
+        let mut out = EventCount::default();
+        let mut buf = vec![];
+        for (&t, list) in &self.threads {
+            if t == META_TID || tid.is_some_and(|x| x != t) {
+                continue;
+            }
+            for &i in list {
+                let c = &self.chunks[i];
+                if let Some(n) = c.header.events {
+                    out.events += u64::from(n);
+                    continue;
+                }
+                let len = if c.sealed() {
+                    (c.header.payload_len as usize).min(c.available)
+                } else {
+                    c.available
+                };
+                buf.resize(len, 0);
+                if self
+                    .file
+                    .read_exact_at(&mut buf, c.offset + CHUNK_HEADER_SIZE as u64)
+                    .is_ok()
+                {
+                    out.events += u64::from(crate::event::count_events(&buf));
+                }
+                out.decoded_chunks += 1;
+            }
+        }
+        out
     }
 
     /// Chunks of all thread streams (metadata excluded).

@@ -632,6 +632,7 @@ fn test_header(chunk_size: u32) -> Header {
         start_mono_ns: 5_000,
         start_realtime_ns: 1_700_000_000_000_000_000,
         pid: 4242,
+        ring_chunks: 0,
     }
 }
 
@@ -734,6 +735,8 @@ fn build(plan: &Plan) -> Built {
             tsc_hz: 1_000_000_000,
             chunks: n,
             lost_events: 3,
+            events: 0,
+            overwritten: 0,
         })
     } else {
         b.into_unfinished()
@@ -1193,6 +1196,8 @@ fn any_final() -> impl Strategy<Value = Option<Final>> {
                     tsc_hz,
                     chunks,
                     lost_events,
+                    events: 0,
+                    overwritten: 0,
                 },
             ),
     )

@@ -17,6 +17,17 @@ use std::path::PathBuf;
 pub const ENV_OUTPUT: &str = "FNTRACE_OUTPUT";
 /// Maximum trace size (bytes, or with a `K`, `M` or `G` suffix).
 pub const ENV_MAX_SIZE: &str = "FNTRACE_MAX_SIZE";
+/// Trace memory kept ready ahead of the writers (bytes, or with a `K`,
+/// `M` or `G` suffix; default [`DEFAULT_BUFFER`]): a helper thread maps
+/// and pre-faults that much of the file ahead of use and drops full
+/// chunks from memory after handing them to writeback. `0`: no helper
+/// thread (threads fault their trace pages in themselves and every chunk
+/// stays resident).
+pub const ENV_BUFFER: &str = "FNTRACE_BUFFER";
+/// Flight recorder: the trace file is a ring of this size (bytes, or with
+/// a `K`, `M` or `G` suffix) whose oldest chunks are overwritten; unset or
+/// `0`: keep everything (up to the maximum size).
+pub const ENV_RING: &str = "FNTRACE_RING";
 /// `1`: create the output exclusively (if it exists, write `PATH.PID`)
 /// and let forked children record into `PATH.PID` (what `fntrace record`
 /// asks for).
@@ -105,6 +116,8 @@ pub fn decode_handover(bytes: &[u8]) -> Vec<(String, OsString)> {
 
 /// Default maximum trace size.
 pub const DEFAULT_MAX_SIZE: u64 = 16 << 30;
+/// Default trace memory kept ready ahead of the writers ([`ENV_BUFFER`]).
+pub const DEFAULT_BUFFER: u64 = 8 << 20;
 
 /// Mask bit of a [`CaptureSpec`] for the return value (bits 0–5 are
 /// arguments 1–6).
@@ -148,6 +161,11 @@ pub struct Config {
     pub control: bool,
     /// Keep `call mcount`/`call __fentry__` instead of rewriting them.
     pub keep_calls: bool,
+    /// Trace memory kept ready ahead of the writers ([`ENV_BUFFER`]; 0:
+    /// no helper thread).
+    pub buffer: u64,
+    /// Flight recorder ring size ([`ENV_RING`]; 0: off).
+    pub ring: u64,
 }
 
 impl Default for Config {
@@ -165,6 +183,8 @@ impl Default for Config {
             markers: Vec::new(),
             control: false,
             keep_calls: false,
+            buffer: DEFAULT_BUFFER,
+            ring: 0,
         }
     }
 }
@@ -280,6 +300,14 @@ impl Config {
                 ),
             }
         }
+        for (var, slot) in [(ENV_BUFFER, &mut c.buffer), (ENV_RING, &mut c.ring)] {
+            if let Some(v) = text(var, &mut invalid).filter(|v| !v.trim().is_empty()) {
+                match parse_size(&v) {
+                    Some(n) => *slot = n,
+                    None => invalid(var, &v, "not a size (bytes, or a number with K, M or G)".into()),
+                }
+            }
+        }
         for (var, slot) in [
             (ENV_EXCLUSIVE, &mut c.exclusive),
             (ENV_COUNT, &mut c.count),
@@ -341,6 +369,12 @@ impl Config {
         }
         if self.max_size != DEFAULT_MAX_SIZE {
             v.push((ENV_MAX_SIZE, self.max_size.to_string().into()));
+        }
+        if self.buffer != DEFAULT_BUFFER {
+            v.push((ENV_BUFFER, self.buffer.to_string().into()));
+        }
+        if self.ring != 0 {
+            v.push((ENV_RING, self.ring.to_string().into()));
         }
         for (var, on) in [
             (ENV_EXCLUSIVE, self.exclusive),
@@ -521,6 +555,8 @@ mod tests {
             markers: vec!["^job_".into()],
             control: true,
             keep_calls: true,
+            buffer: 3 << 20,
+            ring: 64 << 20,
         };
         let env: HashMap<String, OsString> = c
             .to_env()

@@ -446,3 +446,21 @@ mod tests {
         assert_eq!((e.offset, e.problem), (0, "malformed record"));
     }
 }
+
+/// Counts the entry, exit and tail-exit events of a chunk payload, up to
+/// its end marker or its first undecodable record (what the writer stores
+/// as a chunk's event count). No allocation; framed records are skipped.
+pub fn count_events(payload: &[u8]) -> u32 {
+    let mut dec = Decoder::new(payload, 0);
+    let mut n = 0u32;
+    loop {
+        match dec.next_compact() {
+            Ok(Some(_)) => n = n.saturating_add(1),
+            Ok(None) => match dec.next_record() {
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return n,
+            },
+            Err(_) => return n,
+        }
+    }
+}

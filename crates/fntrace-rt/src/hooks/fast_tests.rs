@@ -32,6 +32,7 @@ fn fast_path_events_decode() {
         max_size: 1 << 30,
         exclusive: false,
         follow_fork: false,
+        ..Options::new(&path)
     })
     .unwrap();
     let func = probe as *const () as u64;

@@ -21,7 +21,11 @@
 //! - [`write`]: attaching threads, chunk claiming, event and record
 //!   writing, sealing;
 //! - [`file`]: the trace file of a session, its header and metadata,
-//!   finishing.
+//!   finishing;
+//! - [`helper`]: the helper thread of a session, the chunk life cycle off
+//!   the traced threads: it maps and pre-faults the file ahead of the
+//!   writers (acquire), and retires full chunks: counts their events into
+//!   their header, hands them to writeback and drops them from memory.
 //!
 //! Ordering of a session's life: [`start`] creates and maps the file,
 //! writes the header and metadata, then publishes the session id in
@@ -32,6 +36,7 @@
 //! event of an old session writes into valid memory.
 
 pub mod file;
+pub mod helper;
 pub mod shadow;
 pub mod state;
 pub mod write;
@@ -152,6 +157,12 @@ pub struct Options {
     /// A child created by `fork` records into its own file, `PATH.PID`
     /// (what `fntrace record` asks for); otherwise children record nothing.
     pub follow_fork: bool,
+    /// Trace memory kept ready ahead of the writers by the helper thread
+    /// (`config::ENV_BUFFER`); 0: no helper thread.
+    pub buffer: u64,
+    /// Flight recorder: the file is a ring of this many bytes whose oldest
+    /// chunks are overwritten (`config::ENV_RING`); 0: off.
+    pub ring: u64,
 }
 
 impl Options {
@@ -162,6 +173,8 @@ impl Options {
             max_size: crate::config::DEFAULT_MAX_SIZE,
             exclusive: false,
             follow_fork: false,
+            buffer: crate::config::DEFAULT_BUFFER,
+            ring: 0,
         }
     }
 }
@@ -177,6 +190,11 @@ pub struct Summary {
     pub threads: u32,
     /// Events dropped (no space, or reentrant events).
     pub lost_events: u64,
+    /// Entry and exit events in the file, counted by the helper thread
+    /// (`None` without one).
+    pub events: Option<u64>,
+    /// Flight recorder: chunks overwritten.
+    pub overwritten: u64,
 }
 
 /// The session `t` is attached to, if it is still the current one.

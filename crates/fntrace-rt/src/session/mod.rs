@@ -93,6 +93,8 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
         max_size: cfg.max_size,
         exclusive: cfg.exclusive,
         follow_fork: cfg.exclusive,
+        buffer: cfg.buffer,
+        ring: cfg.ring,
     };
     install_process_hooks();
     *PATCH.lock().unwrap_or_else(|e| e.into_inner()) = cfg.patch.clone();
