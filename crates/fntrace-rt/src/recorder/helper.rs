@@ -41,6 +41,8 @@ use crate::clock;
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14; not in every libc crate version).
 const MADV_POPULATE_WRITE: libc::c_int = 23;
+/// Chunks looked at in one pass at most.
+const MAX_PER_PASS: u64 = 64;
 /// Chunks retired this many chunks ago are dropped from the page cache.
 const FADVISE_LAG: u64 = 64;
 
@@ -170,7 +172,7 @@ fn populate(p: *mut u8, len: usize) {
     // SAFETY: the range lies in the mapped, file-backed part of the
     // session's reservation; populating changes no contents.
     let r = unsafe { libc::madvise(p as *mut libc::c_void, len, MADV_POPULATE_WRITE) };
-    if r != 0 {
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
         // Older kernels: a write access that keeps every byte as it is
         // (a writer may already be filling these pages).
         let mut off = 0;
@@ -198,6 +200,8 @@ pub(crate) fn retire(s: &Session, l: &mut Life, next: u64, last: bool) -> u64 {
     } else {
         next.min(s.max_chunks)
     };
+    // A bounded pass (the lock is held): the rest waits for the next one.
+    let hi = if last { hi } else { hi.min(lo + MAX_PER_PASS) };
     let mut todo = std::mem::take(&mut l.pending);
     todo.extend((lo..hi).map(|g| slot_of(s, g)));
     todo.sort_unstable();
@@ -328,7 +332,7 @@ fn publish(s: &Session, l: &Life, next: u64) {
     unsafe { ptr::copy_nonoverlapping(b.as_ptr(), s.base.add(LIVE_OFFSET), b.len()) };
 }
 
-/// At finish: stops the helper (waits for its pass, at most 200 ms) and
+/// At finish: stops the helper (waits for its pass, at most 2 s) and
 /// returns the events of the whole trace (counting the chunks it had not
 /// retired yet), `None` without a helper or when it could not be stopped.
 pub(crate) fn finish_count(s: &Session, next: u64) -> Option<u64> {
@@ -340,7 +344,7 @@ pub(crate) fn finish_count(s: &Session, next: u64) -> Option<u64> {
         match s.life.try_lock() {
             Ok(l) => break l,
             Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
-            Err(_) if tries < 200 => {
+            Err(_) if tries < 2000 => {
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(1));
             }
