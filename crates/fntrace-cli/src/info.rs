@@ -97,7 +97,11 @@ pub fn ring_window(trace: &Trace) -> Option<RingWindow> {
     if let Some(f) = trace.final_block() {
         end = end.max(f.end_tsc);
     }
-    let start = if start == u64::MAX { h.start_tsc } else { start };
+    let start = if start == u64::MAX {
+        h.start_tsc
+    } else {
+        start
+    };
     let since = |t: u64| clock.ns(t.saturating_sub(h.start_tsc));
     Some(RingWindow {
         ring_chunks: h.ring_chunks,

@@ -51,6 +51,10 @@ pub struct Options {
     /// patchable entries). Repeatable.
     #[arg(short = 'R', long = "retval", value_name = "FUNC[@retval]")]
     pub retval: Vec<String>,
+    /// Flight recorder: keep only the most recent events in a trace file
+    /// of this size (e.g. 64M), overwriting the oldest chunks.
+    #[arg(long, value_name = "SIZE")]
+    pub ring: Option<String>,
     /// Do not open the control socket `fntrace live` talks to.
     #[arg(long)]
     pub no_control: bool,
@@ -69,6 +73,17 @@ impl Options {
                 ))
             })?,
             None => config::DEFAULT_MAX_SIZE,
+        };
+        let ring = match &self.ring {
+            Some(s) => match config::parse_size(s) {
+                Some(n) if n >= 1 << 20 => n,
+                _ => {
+                    return Err(Error::Invalid(format!(
+                        "bad --ring {s:?}: not a size of at least 1M (bytes, or a number with K, M or G)"
+                    )));
+                }
+            },
+            None => 0,
         };
         for r in self.filter.iter().chain(&self.notrace).chain(&self.patch) {
             regex::Regex::new(r).map_err(Error::pattern(format!("bad function pattern {r:?}")))?;
@@ -99,6 +114,7 @@ impl Options {
             markers: self.markers.clone(),
             control: false,
             keep_calls: std::env::var_os(config::ENV_KEEP_CALLS).is_some_and(|v| v == "1"),
+            ring,
             ..Config::default()
         })
     }

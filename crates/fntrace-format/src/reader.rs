@@ -14,6 +14,11 @@ use crate::layout::{
     FINAL_OFFSET, Final, HEADER_USED, Header, HeaderProblem, META_TID, VERSION_MAJOR,
 };
 
+/// Largest call depth a flight recorder's window may start at (the
+/// writer's shadow stack holds at most this many open calls; a larger
+/// depth field is damage).
+const MAX_WINDOW_DEPTH: u32 = 1 << 17;
+
 /// An error that stops a trace from being read at all.
 #[derive(Debug)]
 pub struct TraceError {
@@ -131,6 +136,8 @@ pub struct Trace {
     damage: Vec<Damage>,
     meta: Metadata,
     unused_chunks: u64,
+    /// Flight recorder: chunks older than their stream's window.
+    stale_chunks: u64,
     /// File offsets of chunks whose header could not be read (bad magic or
     /// checksum), in file order: a stream's missing chunks can only be
     /// among them.
@@ -245,6 +252,7 @@ impl Trace {
             damage,
             meta: Metadata::default(),
             unused_chunks: 0,
+            stale_chunks: 0,
             unreadable: vec![],
             chunks_read: std::sync::atomic::AtomicU64::new(0),
         };
@@ -299,6 +307,14 @@ impl Trace {
                     }
                 }
                 Err(ChunkProblem::Unused) => self.unused_chunks += 1,
+                // A flight recorder's chunk being reset for reuse (its
+                // magic is cleared first): nothing to read, no damage.
+                Err(ChunkProblem::Magic)
+                    if self.header.flags & crate::layout::HDR_FLAG_RING != 0
+                        && hb[0..4] == [0; 4] =>
+                {
+                    self.unused_chunks += 1
+                }
                 Err(p) => {
                     self.unreadable.push(offset);
                     self.damage.push(Damage {
@@ -339,8 +355,23 @@ impl Trace {
             self.threads.entry(c.header.tid).or_default().push(i);
         }
         let chunks = &self.chunks;
+        let ring = self.header.flags & crate::layout::HDR_FLAG_RING != 0;
         for list in self.threads.values_mut() {
             list.sort_by_key(|&i| chunks[i].header.seq);
+            if ring {
+                // A flight recorder keeps a window of every stream: its
+                // newest chunks with consecutive sequence numbers. Older
+                // chunks a slot kept while newer ones were overwritten
+                // (a slot busy when its turn came) are outside it.
+                let keep = list
+                    .windows(2)
+                    .rposition(|w| {
+                        chunks[w[1]].header.seq != chunks[w[0]].header.seq.wrapping_add(1)
+                    })
+                    .map_or(0, |p| p + 1);
+                self.stale_chunks += keep as u64;
+                list.drain(..keep);
+            }
         }
         Ok(())
     }
@@ -403,6 +434,12 @@ impl Trace {
     /// inside thread streams is reported by each [`ThreadReader`].
     pub fn damage(&self) -> &[Damage] {
         &self.damage
+    }
+
+    /// Flight recorder: chunks left out because they are older than their
+    /// stream's window (its newest chunks with consecutive numbers).
+    pub fn stale_chunks(&self) -> u64 {
+        self.stale_chunks
     }
 
     /// Chunks that were never written (zero headers).
@@ -702,6 +739,17 @@ impl ThreadReader<'_> {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let h = &c.header;
         let payload_off = c.offset + CHUNK_HEADER_SIZE as u64;
+        let ring = self.trace.header.flags & crate::layout::HDR_FLAG_RING != 0;
+        if ring && self.known.is_none() && h.seq > 0 {
+            // A flight recorder's window starts here: earlier chunks were
+            // overwritten. The calls open then are entered before the
+            // window (a gap with the chunk's depth, at its base time).
+            self.expected_seq = h.seq;
+            self.last_tsc = h.base_tsc;
+            self.resync = true;
+            let depth = c.header.depth.min(MAX_WINDOW_DEPTH);
+            self.known = Some((c.offset, depth));
+        }
         let depth = self.checked_depth(c);
         if h.seq != self.expected_seq {
             self.damage.push(Damage {

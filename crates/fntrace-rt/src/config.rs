@@ -304,7 +304,11 @@ impl Config {
             if let Some(v) = text(var, &mut invalid).filter(|v| !v.trim().is_empty()) {
                 match parse_size(&v) {
                     Some(n) => *slot = n,
-                    None => invalid(var, &v, "not a size (bytes, or a number with K, M or G)".into()),
+                    None => invalid(
+                        var,
+                        &v,
+                        "not a size (bytes, or a number with K, M or G)".into(),
+                    ),
                 }
             }
         }

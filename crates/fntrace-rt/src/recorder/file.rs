@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize,
 use fntrace_format::event::Framed;
 use fntrace_format::layout::{
     DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, FINAL_FLAG_EVENTS, FINAL_OFFSET, Final, HDR_FLAG_RING,
-    HDR_FLAG_TSC_INVARIANT, HEADER_SIZE,
-    Header, VERSION_MAJOR, VERSION_MINOR,
+    HDR_FLAG_TSC_INVARIANT, HEADER_SIZE, Header, VERSION_MAJOR, VERSION_MINOR,
 };
 
 use super::helper::{self, Life};
@@ -356,7 +355,12 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
     };
     let events = helper::finish_count(s, next);
     let fin = Final {
-        flags: FINAL_FLAG_CLEAN | if events.is_some() { FINAL_FLAG_EVENTS } else { 0 },
+        flags: FINAL_FLAG_CLEAN
+            | if events.is_some() {
+                FINAL_FLAG_EVENTS
+            } else {
+                0
+            },
         events: events.unwrap_or(0),
         overwritten: next - chunks,
         end_tsc,

@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use fntrace_format::event::count_events;
 use fntrace_format::layout::{
-    CHUNK_COUNT_OFFSET, CHUNK_FLAG_SEALED, CHUNK_HEADER_SIZE, CHUNK_MAGIC, ChunkHeader, LIVE_OFFSET,
-    Live,
+    CHUNK_COUNT_OFFSET, CHUNK_FLAG_SEALED, CHUNK_HEADER_SIZE, CHUNK_MAGIC, ChunkHeader,
+    LIVE_OFFSET, Live,
 };
 
 use super::file::Session;
@@ -222,7 +222,12 @@ fn retire_one(s: &Session, l: &mut Life, slot: u64, last: bool) -> Option<u64> {
     let c = chunk_ptr(s, slot);
     let owner = (s.ring_chunks > 0).then(|| &s.owner[slot as usize]);
     if let Some(o) = owner {
-        match o.compare_exchange(SLOT_FREE, SLOT_RETIRING, Ordering::AcqRel, Ordering::Acquire) {
+        match o.compare_exchange(
+            SLOT_FREE,
+            SLOT_RETIRING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
             Ok(_) => {}
             Err(SLOT_PINNED) => return Some(0),
             Err(_) if last => return Some(count_open(s, c)),
@@ -251,7 +256,10 @@ fn retire_one(s: &Session, l: &mut Life, slot: u64, last: bool) -> Option<u64> {
     // SAFETY: as above; reading the header bytes of a sealed chunk.
     let counted = unsafe {
         let hb: &[u8; CHUNK_HEADER_SIZE] = &*(c as *const [u8; CHUNK_HEADER_SIZE]);
-        ChunkHeader::decode(hb).ok().and_then(|h| h.events).is_some()
+        ChunkHeader::decode(hb)
+            .ok()
+            .and_then(|h| h.events)
+            .is_some()
     };
     if !counted {
         let cap = s.chunk_size - CHUNK_HEADER_SIZE;
@@ -353,5 +361,7 @@ pub(crate) fn finish_count(s: &Session, next: u64) -> Option<u64> {
     };
     l.stopped = true;
     let open = retire(s, &mut l, next, true);
-    Some(l.events + open)
+    // A ring's total includes overwritten chunks: readers sum the counts
+    // of the chunks in the file instead.
+    (s.ring_chunks == 0).then_some(l.events + open)
 }

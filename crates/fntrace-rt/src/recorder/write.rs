@@ -459,9 +459,7 @@ pub(crate) fn grow(s: &Session, end: usize, populate: bool) -> bool {
             s.base.add(mapped) as *mut libc::c_void,
             new_len - mapped,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED
-                | libc::MAP_FIXED
-                | if populate { libc::MAP_POPULATE } else { 0 },
+            libc::MAP_SHARED | libc::MAP_FIXED | if populate { libc::MAP_POPULATE } else { 0 },
             s.fd,
             mapped as i64,
         );
