@@ -1,0 +1,264 @@
+//! The chunk life cycle end to end: the flight recorder (`record --ring`)
+//! keeps the newest events of a program that runs far past the ring's
+//! size, readable after a `SIGKILL` at a random moment or a crash in a
+//! traced function, with its window's structure intact; the traced
+//! process's resident memory stays within the budget whatever the trace's
+//! size (and does not without the helper thread); the writer's counts
+//! agree with the events decoded.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use common::{record_cmd, tool};
+use fntrace_cli::analysis::{Call, Visitor, walk_thread};
+use fntrace_cli::symbols::Symbolizer;
+use fntrace_format::Trace;
+
+/// `step(i)` makes `i % 61 + 1` calls of `leaf`, then `main` prints `i`:
+/// the trace's window tells which iterations it holds.
+const PROG: &str = "#include <stdio.h>\n\
+    #include <stdlib.h>\n\
+    #include <unistd.h>\n\
+    __attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }\n\
+    __attribute__((noinline)) void boom(volatile int *p) { *p = 1; }\n\
+    __attribute__((noinline)) int step(long i, long crash_at) {\n\
+      int s = 0, n = (int)(i % 61) + 1;\n\
+      for (int k = 0; k < n; k++) s += leaf(k);\n\
+      if (i == crash_at) boom(0);\n\
+      return s;\n\
+    }\n\
+    int main(int argc, char **argv) {\n\
+      long crash_at = argc > 1 ? atol(argv[1]) : -1, until = argc > 2 ? atol(argv[2]) : -1;\n\
+      volatile int s = 0; char b[32];\n\
+      for (long i = 0; i != until; i++) {\n\
+        s += step(i, crash_at);\n\
+        int n = snprintf(b, sizeof b, \"%ld\\n\", i);\n\
+        if (write(1, b, n) != n) return 1;\n\
+      }\n\
+      FILE *f = fopen(\"/proc/self/status\", \"r\"); char line[256];\n\
+      while (f && fgets(line, sizeof line, f)) if (line[0] == 'V' && line[2] == 'H') fputs(line, stderr);\n\
+      return 0;\n\
+    }\n";
+
+fn build(dir: &Path) -> PathBuf {
+    let c = dir.join("ring.c");
+    std::fs::write(&c, PROG).unwrap();
+    let bin = dir.join("ring");
+    tool(
+        "gcc",
+        &[
+            "-O1",
+            "-pg",
+            "-o",
+            bin.to_str().unwrap(),
+            c.to_str().unwrap(),
+        ],
+    );
+    bin
+}
+
+/// What a thread's window holds: the `leaf` calls of each complete `step`
+/// (in order), and the functions of calls without an exit.
+#[derive(Default)]
+struct Window {
+    steps: Vec<u64>,
+    leaves: u64,
+    incomplete: Vec<String>,
+}
+
+struct V<'a, 'm> {
+    sym: Symbolizer<'m>,
+    w: &'a mut Window,
+}
+
+impl Visitor for V<'_, '_> {
+    fn call(&mut self, c: &Call) {
+        let name = self.sym.name(c.func).to_string();
+        if c.incomplete {
+            self.w.incomplete.push(name);
+            return;
+        }
+        match name.as_str() {
+            "leaf" => self.w.leaves += 1,
+            "step" => self.w.steps.push(std::mem::take(&mut self.w.leaves)),
+            _ => {}
+        }
+        assert!(c.end >= c.start, "{name} ends before it starts");
+    }
+}
+
+fn window(path: &Path) -> (Trace, Window) {
+    let t = Trace::open(path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(t.damage().is_empty(), "{:?}", t.damage());
+    let tids = t.thread_ids();
+    assert_eq!(tids.len(), 1, "one thread");
+    let mut w = Window::default();
+    let s = walk_thread(
+        &t,
+        tids[0],
+        &mut V {
+            sym: Symbolizer::new(t.metadata()),
+            w: &mut w,
+        },
+    );
+    assert!(s.damage.is_empty(), "{:?}", s.damage);
+    (t, w)
+}
+
+/// Checks that the complete steps of the window are consecutive
+/// iterations (the first may have lost leaves before the window) ending
+/// with iteration `last` or `last + 1` (done but not printed yet).
+fn check_window(w: &Window, last: u64) {
+    let f = |i: u64| i % 61 + 1;
+    let n = w.steps.len();
+    assert!(n > 100, "window holds only {n} steps");
+    let end = *w.steps.last().unwrap();
+    assert!(
+        end == f(last) || end == f(last + 1),
+        "last complete step had {end} leaves; the program printed {last} last"
+    );
+    for p in w.steps[1..].windows(2) {
+        assert_eq!(p[1], p[0] % 61 + 1, "steps of the window not consecutive");
+    }
+}
+
+fn ring_bytes(t: &Trace) -> u64 {
+    let w = fntrace_cli::info::ring_window(t).expect("a ring trace");
+    assert!(w.overwritten_chunks > 0, "the ring never wrapped");
+    w.ring_bytes
+}
+
+#[test]
+fn ring_killed_at_random_moments_keeps_the_last_events() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(d.path());
+    // A cheap, seedless spread of kill points.
+    let mut x = std::process::id() as u64 | 1;
+    for trial in 0..20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // 1 MiB holds a few thousand iterations: kill far past it.
+        let kill_after = 20_000 + x % 20_000;
+        let data = d.path().join(format!("t{trial}.data"));
+        let mut c = record_cmd(&data, &["--ring", "1M"], &bin, &[]);
+        c.stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = c.spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let mut last = 0u64;
+        while out.read_line(&mut line).unwrap() > 0 {
+            last = line.trim().parse().unwrap();
+            line.clear();
+            if last >= kill_after {
+                break;
+            }
+        }
+        // The program is the recorder's child: kill it, not the recorder.
+        let pid =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+                .unwrap();
+        let pid: i32 = pid.split_whitespace().next().unwrap().parse().unwrap();
+        // SAFETY: sending a signal to our grandchild.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        if let Some(l) = rest.lines().last() {
+            last = l.trim().parse().unwrap();
+        }
+        let st = child.wait().unwrap();
+        assert_eq!(st.signal(), Some(libc::SIGKILL), "trial {trial}");
+        let (t, w) = window(&data);
+        assert!(ring_bytes(&t) <= 1 << 20);
+        assert!(t.file_len() <= 1 << 20, "{} bytes", t.file_len());
+        check_window(&w, last);
+    }
+}
+
+#[test]
+fn ring_of_a_crash_in_a_traced_function_ends_in_it() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(d.path());
+    let data = d.path().join("t.data");
+    let o = record_cmd(&data, &["--ring", "1M"], &bin, &["30000"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.signal(), Some(libc::SIGSEGV));
+    let last: u64 = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(last, 29_999);
+    let (t, w) = window(&data);
+    ring_bytes(&t);
+    // step(30000)'s leaves are complete, boom and step are not.
+    assert_eq!(w.leaves, 30_000 % 61 + 1);
+    assert!(
+        w.incomplete
+            .starts_with(&["boom".to_string(), "step".to_string()]),
+        "{:?}",
+        w.incomplete
+    );
+    let f = |i: u64| i % 61 + 1;
+    assert_eq!(*w.steps.last().unwrap(), f(last));
+    check_window(&w, last);
+}
+
+/// Peak resident memory (`VmHWM`, kB) the program printed at its end.
+fn peak_kb(stderr: &[u8]) -> u64 {
+    let s = String::from_utf8_lossy(stderr);
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap_or_else(|| panic!("no VmHWM in {s}"))
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn resident_memory_stays_within_the_budget_whatever_the_trace_size() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(d.path());
+    // ~2.4 M iterations: 75 M calls, a trace of about 150 MB.
+    let iters = "2400000";
+    let run = |data: &Path, buffer: Option<&str>| {
+        let mut c = record_cmd(data, &[], &bin, &["-1", iters]);
+        if let Some(b) = buffer {
+            c.env("FNTRACE_BUFFER", b);
+        }
+        let o = c.stdout(Stdio::null()).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let t = Trace::open(data).unwrap();
+        (peak_kb(&o.stderr), t.file_len(), t)
+    };
+    let (kb, len, t) = run(&d.path().join("t.data"), None);
+    assert!(len > 120 << 20, "trace of only {len} bytes");
+    // The budget: 32 MB + 2 MB per recording thread (one here).
+    assert!(kb <= 34 << 10, "peak RSS {kb} kB for a {len}-byte trace");
+    // The writer counted every event: the summary's count is the decoded
+    // one, without decoding.
+    let counted = t.final_block().and_then(|f| f.events()).expect("a count");
+    assert_eq!(t.event_count(None).decoded_chunks, 0);
+    let decoded: u64 = walk_thread(&t, t.thread_ids()[0], &mut NoCalls).events;
+    assert_eq!(counted, decoded);
+    drop(t);
+    // Without the helper thread every chunk stays resident: the test can fail.
+    let (kb0, len0, _) = run(&d.path().join("t0.data"), Some("0"));
+    assert!(
+        kb0 > len0 / 1024 / 2,
+        "without the helper: {kb0} kB for {len0} bytes"
+    );
+}
+
+struct NoCalls;
+impl Visitor for NoCalls {
+    fn call(&mut self, _c: &Call) {}
+}
