@@ -55,11 +55,7 @@ fn run(mut c: Command) -> Run {
     let t = Instant::now();
     let o = c.stdout(Stdio::null()).output().expect("run");
     let wall = t.elapsed().as_secs_f64();
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
     let peak_kb = err
         .lines()
@@ -93,7 +89,12 @@ fn main() {
     let data = dir.join("t.data");
     let rec = |opts: &[&str], env: Option<(&str, &str)>| {
         let mut c = Command::new(fntrace());
-        c.arg("record").arg("-o").arg(&data).args(opts).arg("--").arg(&bin);
+        c.arg("record")
+            .arg("-o")
+            .arg(&data)
+            .args(opts)
+            .arg("--")
+            .arg(&bin);
         c.arg(calls.to_string());
         if let Some((k, v)) = env {
             c.env(k, v);
@@ -145,7 +146,11 @@ fn main() {
             r.wall,
             added * 1e9 / calls as f64,
             r.sys,
-            if added > 0.0 { 100.0 * r.sys / added } else { 0.0 },
+            if added > 0.0 {
+                100.0 * r.sys / added
+            } else {
+                0.0
+            },
             r.peak_kb / 1024
         );
     }

@@ -60,7 +60,8 @@ impl RingWindow {
             fmt_ns(self.end_ns),
             fmt_ns(self.end_ns.saturating_sub(self.start_ns)),
             self.overwritten_chunks,
-            self.overwritten_chunks * (self.ring_bytes / self.ring_chunks.max(1)),
+            self.overwritten_chunks
+                .saturating_mul(self.ring_bytes / self.ring_chunks.max(1)),
             if self.all_from_ns > self.start_ns {
                 format!(", every thread from {}", fmt_ns(self.all_from_ns))
             } else {
@@ -84,7 +85,7 @@ pub fn ring_window(trace: &Trace) -> Option<RingWindow> {
         let mut first = true;
         for c in trace.thread_chunks(tid) {
             if first {
-                over += u64::from(c.header.seq);
+                over = over.saturating_add(u64::from(c.header.seq));
                 start = start.min(c.header.base_tsc);
                 if c.header.seq > 0 {
                     all_from = all_from.max(c.header.base_tsc);
@@ -106,7 +107,7 @@ pub fn ring_window(trace: &Trace) -> Option<RingWindow> {
     Some(RingWindow {
         ring_chunks: h.ring_chunks,
         overwritten_chunks: over,
-        ring_bytes: h.ring_chunks * u64::from(h.chunk_size),
+        ring_bytes: h.ring_chunks.saturating_mul(u64::from(h.chunk_size)),
         start_ns: since(start),
         end_ns: since(end),
         all_from_ns: since(all_from),

@@ -21,6 +21,7 @@ pub mod replay;
 pub mod report;
 pub mod select;
 pub mod signals;
+pub mod snapshot;
 pub mod symbols;
 pub mod tracefile;
 

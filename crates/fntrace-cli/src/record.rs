@@ -55,6 +55,11 @@ pub struct Options {
     /// of this size (e.g. 64M), overwriting the oldest chunks.
     #[arg(long, value_name = "SIZE")]
     pub ring: Option<String>,
+    /// Flight recorder: on this signal (SIGUSR1, SIGUSR2 or a real-time
+    /// signal number) the program writes a snapshot of its trace to
+    /// `OUTPUT.snapshot.N` and goes on.
+    #[arg(long, value_name = "SIGNAL")]
+    pub snapshot_signal: Option<String>,
     /// Do not open the control socket `fntrace live` talks to.
     #[arg(long)]
     pub no_control: bool,
@@ -83,6 +88,14 @@ impl Options {
                     )));
                 }
             },
+            None => 0,
+        };
+        let snapshot_signal = match &self.snapshot_signal {
+            Some(s) => config::parse_signal(s).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "bad --snapshot-signal {s:?}: expected SIGUSR1, SIGUSR2 or a real-time signal number (34 to 64)"
+                ))
+            })?,
             None => 0,
         };
         for r in self.filter.iter().chain(&self.notrace).chain(&self.patch) {
@@ -115,6 +128,7 @@ impl Options {
             control: false,
             keep_calls: std::env::var_os(config::ENV_KEEP_CALLS).is_some_and(|v| v == "1"),
             ring,
+            snapshot_signal,
             ..Config::default()
         })
     }

@@ -13,6 +13,7 @@
 pub mod event;
 pub mod layout;
 pub mod reader;
+pub mod snapshot;
 pub mod varint;
 pub mod writer;
 

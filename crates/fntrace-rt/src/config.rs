@@ -28,6 +28,10 @@ pub const ENV_BUFFER: &str = "FNTRACE_BUFFER";
 /// a `K`, `M` or `G` suffix) whose oldest chunks are overwritten; unset or
 /// `0`: keep everything (up to the maximum size).
 pub const ENV_RING: &str = "FNTRACE_RING";
+/// Flight recorder: a signal (`SIGUSR1`, `SIGUSR2` or a real-time signal
+/// number 34..=64) on which the runtime writes a snapshot of the trace to
+/// `PATH.snapshot.N` without stopping the program.
+pub const ENV_SNAPSHOT_SIGNAL: &str = "FNTRACE_SNAPSHOT_SIGNAL";
 /// `1`: create the output exclusively (if it exists, write `PATH.PID`)
 /// and let forked children record into `PATH.PID` (what `fntrace record`
 /// asks for).
@@ -166,6 +170,8 @@ pub struct Config {
     pub buffer: u64,
     /// Flight recorder ring size ([`ENV_RING`]; 0: off).
     pub ring: u64,
+    /// Signal that asks for a snapshot ([`ENV_SNAPSHOT_SIGNAL`]; 0: none).
+    pub snapshot_signal: i32,
 }
 
 impl Default for Config {
@@ -185,6 +191,7 @@ impl Default for Config {
             keep_calls: false,
             buffer: DEFAULT_BUFFER,
             ring: 0,
+            snapshot_signal: 0,
         }
     }
 }
@@ -312,6 +319,16 @@ impl Config {
                 }
             }
         }
+        if let Some(v) = text(ENV_SNAPSHOT_SIGNAL, &mut invalid).filter(|v| !v.trim().is_empty()) {
+            match parse_signal(&v) {
+                Some(n) => c.snapshot_signal = n,
+                None => invalid(
+                    ENV_SNAPSHOT_SIGNAL,
+                    &v,
+                    "not a snapshot signal (SIGUSR1, SIGUSR2 or a real-time signal 34..64)".into(),
+                ),
+            }
+        }
         for (var, slot) in [
             (ENV_EXCLUSIVE, &mut c.exclusive),
             (ENV_COUNT, &mut c.count),
@@ -379,6 +396,9 @@ impl Config {
         }
         if self.ring != 0 {
             v.push((ENV_RING, self.ring.to_string().into()));
+        }
+        if self.snapshot_signal != 0 {
+            v.push((ENV_SNAPSHOT_SIGNAL, self.snapshot_signal.to_string().into()));
         }
         for (var, on) in [
             (ENV_EXCLUSIVE, self.exclusive),
@@ -462,6 +482,20 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => (s, 1),
     };
     num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Parses a snapshot signal: `SIGUSR1`, `USR1`, `SIGUSR2`, `USR2` or a
+/// number that is one of them or a real-time signal (34..=64). Signals
+/// with another meaning (fatal ones, `SIGKILL`, `SIGPROF`...) are refused.
+pub fn parse_signal(s: &str) -> Option<i32> {
+    let s = s.trim();
+    let name = s.strip_prefix("SIG").unwrap_or(s);
+    let n = match name {
+        "USR1" => 10,
+        "USR2" => 12,
+        _ => name.parse::<i32>().ok()?,
+    };
+    (n == 10 || n == 12 || (34..=64).contains(&n)).then_some(n)
 }
 
 /// Parses one `-A`/`-R` spec: `FUNC@arg1,arg2`, `FUNC@args`,
@@ -561,6 +595,7 @@ mod tests {
             keep_calls: true,
             buffer: 3 << 20,
             ring: 64 << 20,
+            snapshot_signal: 12,
         };
         let env: HashMap<String, OsString> = c
             .to_env()

@@ -26,7 +26,7 @@
 
 use std::collections::VecDeque;
 use std::ptr;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::time::Duration;
 
 use fntrace_format::event::count_events;
@@ -74,10 +74,62 @@ pub(crate) struct Life {
     pub(crate) stopped: bool,
 }
 
+/// A snapshot was asked for (by the snapshot signal).
+static SNAPSHOT: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_snapshot_signal(_sig: libc::c_int) {
+    SNAPSHOT.store(true, Ordering::Release);
+}
+
+/// Installs the handler of the snapshot signal `sig` (it only sets a flag
+/// the helper thread looks at).
+fn install_snapshot_signal(sig: libc::c_int) {
+    // SAFETY: a zeroed sigaction with a handler that only stores to an
+    // atomic (async-signal-safe); SA_RESTART keeps interrupted calls going.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = on_snapshot_signal as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, ptr::null_mut());
+    }
+}
+
+/// Writes a snapshot of the session's trace to `PATH.snapshot.N`.
+fn write_snapshot(s: &Session) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: borrowing the session's descriptor without owning it
+    // (ManuallyDrop: it is not closed here).
+    let src = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(s.fd) });
+    let Some(out) = (1u32..10_000)
+        .map(|n| {
+            let mut p = s.path.as_os_str().to_owned();
+            p.push(format!(".snapshot.{n}"));
+            std::path::PathBuf::from(p)
+        })
+        .find(|p| !p.exists())
+    else {
+        return;
+    };
+    let r = std::fs::File::create(&out)
+        .and_then(|f| fntrace_format::snapshot::snapshot(&src, &mut std::io::BufWriter::new(f)));
+    match r {
+        Ok(st) => crate::diag::diag!(
+            "fntrace: snapshot written to {} ({} chunks)",
+            out.display(),
+            st.chunks
+        ),
+        Err(e) => crate::diag::diag!("fntrace: snapshot to {} failed: {e}", out.display()),
+    }
+}
+
 /// Starts the helper thread of `s` (when the session has a buffer).
 pub(crate) fn spawn(s: &'static Session) {
     if s.buffer_chunks == 0 {
         return;
+    }
+    if s.opts.snapshot_signal != 0 {
+        install_snapshot_signal(s.opts.snapshot_signal);
     }
     let r = std::thread::Builder::new()
         .name("fntrace-helper".into())
@@ -102,6 +154,9 @@ fn run(s: &'static Session) {
                 return;
             }
             pass(s, &mut l);
+            if SNAPSHOT.swap(false, Ordering::AcqRel) {
+                write_snapshot(s);
+            }
         }
         idle = if s.next_chunk.load(Ordering::Acquire) == before {
             idle.saturating_add(1)

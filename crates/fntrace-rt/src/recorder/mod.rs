@@ -163,6 +163,9 @@ pub struct Options {
     /// Flight recorder: the file is a ring of this many bytes whose oldest
     /// chunks are overwritten (`config::ENV_RING`); 0: off.
     pub ring: u64,
+    /// Signal on which the helper thread writes a snapshot of the trace
+    /// to `PATH.snapshot.N` (`config::ENV_SNAPSHOT_SIGNAL`); 0: none.
+    pub snapshot_signal: i32,
 }
 
 impl Options {
@@ -175,6 +178,7 @@ impl Options {
             follow_fork: false,
             buffer: crate::config::DEFAULT_BUFFER,
             ring: 0,
+            snapshot_signal: 0,
         }
     }
 }
