@@ -262,3 +262,149 @@ struct NoCalls;
 impl Visitor for NoCalls {
     fn call(&mut self, _c: &Call) {}
 }
+
+/// Four threads running `step`s until killed.
+const THREADS: &str = "#include <pthread.h>\n\
+    #include <stdio.h>\n\
+    #include <unistd.h>\n\
+    __attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }\n\
+    __attribute__((noinline)) int step(long i) {\n\
+      int s = 0, n = (int)(i % 61) + 1;\n\
+      for (int k = 0; k < n; k++) s += leaf(k);\n\
+      return s;\n\
+    }\n\
+    static void *run(void *a) { volatile int s = 0; for (long i = 0;; i++) s += step(i); return a; }\n\
+    int main(void) {\n\
+      pthread_t t[4];\n\
+      for (int i = 0; i < 4; i++) pthread_create(&t[i], 0, run, 0);\n\
+      printf(\"ready\\n\"); fflush(stdout);\n\
+      pthread_join(t[0], 0);\n\
+      return 0;\n\
+    }\n";
+
+/// Checks every thread's window of the (snapshot) trace at `path`: no
+/// damage, consecutive steps; returns how many threads recorded steps.
+fn check_threads(path: &Path) -> usize {
+    let t = Trace::open(path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(t.damage().is_empty(), "{:?}", t.damage());
+    let mut busy = 0;
+    for tid in t.thread_ids() {
+        let mut w = Window::default();
+        let s = walk_thread(
+            &t,
+            tid,
+            &mut V {
+                sym: Symbolizer::new(t.metadata()),
+                w: &mut w,
+            },
+        );
+        assert!(s.damage.is_empty(), "{tid}: {:?}", s.damage);
+        if w.steps.len() > 2 {
+            busy += 1;
+            for p in w.steps[1..].windows(2) {
+                assert_eq!(p[1], p[0] % 61 + 1, "thread {tid}: steps not consecutive");
+            }
+        }
+    }
+    busy
+}
+
+fn spawn_threads(d: &Path, opts: &[&str]) -> (std::process::Child, i32) {
+    let c = d.join("threads.c");
+    std::fs::write(&c, THREADS).unwrap();
+    let bin = d.join("threads");
+    tool(
+        "gcc",
+        &[
+            "-O1",
+            "-pg",
+            "-pthread",
+            "-o",
+            bin.to_str().unwrap(),
+            c.to_str().unwrap(),
+        ],
+    );
+    let mut c = record_cmd(&d.join("t.data"), opts, &bin, &[]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let pid = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+        .unwrap();
+    (
+        child,
+        pid.split_whitespace().next().unwrap().parse().unwrap(),
+    )
+}
+
+/// Waits until the trace at `path` has wrapped (all four threads busy).
+fn wait_wrapped(path: &Path) {
+    for _ in 0..600 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if let Some(l) = fntrace_format::reader::read_live(path) {
+            if l.chunks > 3 * 64 {
+                return;
+            }
+        }
+    }
+    panic!("the ring never wrapped");
+}
+
+#[test]
+fn snapshots_while_four_threads_record() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut child, pid) = spawn_threads(d.path(), &["--ring", "4M"]);
+    wait_wrapped(&d.path().join("t.data"));
+    for n in 0..3 {
+        let snap = d.path().join(format!("snap{n}.data"));
+        let o = std::process::Command::new(common::fntrace_bin())
+            .args(["live", &pid.to_string(), "snapshot", "-o"])
+            .arg(&snap)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(check_threads(&snap), 4, "snapshot {n}");
+        let t = Trace::open(&snap).unwrap();
+        ring_bytes(&t);
+    }
+    // The program went on: it is still running.
+    assert!(child.try_wait().unwrap().is_none());
+    // SAFETY: signalling our grandchild.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    child.wait().unwrap();
+    // And the trace it left reads too.
+    assert_eq!(check_threads(&d.path().join("t.data")), 4);
+}
+
+#[test]
+fn snapshot_signal_writes_a_snapshot_from_inside() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut child, pid) =
+        spawn_threads(d.path(), &["--ring", "2M", "--snapshot-signal", "SIGUSR2"]);
+    let data = d.path().join("t.data");
+    wait_wrapped(&data);
+    // SAFETY: signalling our grandchild.
+    unsafe { libc::kill(pid, libc::SIGUSR2) };
+    let snap = d.path().join("t.data.snapshot.1");
+    let mut ok = false;
+    for _ in 0..600 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // The helper writes it, then says so on standard error; wait for
+        // a complete file (the ring's size).
+        if std::fs::metadata(&snap)
+            .is_ok_and(|m| m.len() >= std::fs::metadata(&data).unwrap().len())
+        {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "no snapshot written");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(child.try_wait().unwrap().is_none(), "the program stopped");
+    assert_eq!(check_threads(&snap), 4);
+    // SAFETY: signalling our grandchild.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    child.wait().unwrap();
+}

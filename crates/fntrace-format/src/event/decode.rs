@@ -544,7 +544,10 @@ mod count_tests {
         let mut dec = Decoder::new(&buf, 0);
         let mut decoded = 0u32;
         while let Ok(Some(r)) = dec.next_record() {
-            if matches!(r, Record::Entry { .. } | Record::Exit { .. } | Record::TailExit { .. }) {
+            if matches!(
+                r,
+                Record::Entry { .. } | Record::Exit { .. } | Record::TailExit { .. }
+            ) {
                 decoded += 1;
             }
         }
