@@ -288,6 +288,7 @@ fn chunk_header(tid: u32, seq: u32, depth: u32, base_tsc: u64) -> ChunkHeader {
         flags: 0,
         payload_len: 0,
         payload_crc: 0,
+        events: None,
     }
 }
 

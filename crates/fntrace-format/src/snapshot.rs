@@ -47,7 +47,9 @@ pub fn snapshot(src: &File, dst: &mut dyn Write) -> io::Result<SnapshotStats> {
     let h = Header::decode(stat);
     let chunk = h.chunk_size as usize;
     let hsize = h.header_size as usize;
-    if hsize < HEADER_USED || hsize > 1 << 20 || chunk < 2 * CHUNK_HEADER_SIZE || chunk > 1 << 30 {
+    if !(HEADER_USED..=1 << 20).contains(&hsize)
+        || !(2 * CHUNK_HEADER_SIZE..=1 << 30).contains(&chunk)
+    {
         return Err(bad("implausible header"));
     }
     head.resize(hsize, 0);
