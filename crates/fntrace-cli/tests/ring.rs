@@ -408,3 +408,44 @@ fn snapshot_signal_writes_a_snapshot_from_inside() {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     child.wait().unwrap();
 }
+
+/// On a terminal (`script` gives the recorder one), a long recording
+/// shows events, bytes and rate from the writer's live counters, and its
+/// summary gives the writer's count.
+#[test]
+fn progress_on_a_terminal_from_the_live_counters() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(d.path());
+    let data = d.path().join("t.data");
+    let cmd = format!(
+        "FNTRACE_PRELOAD={} {} record -o {} -- {} -1 800000 >/dev/null",
+        common::preload().display(),
+        common::fntrace_bin().display(),
+        data.display(),
+        bin.display()
+    );
+    let o = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .expect("script (bsdutils) is required for this test");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    let lines: Vec<&str> = out.split(['\r', '\n']).collect();
+    let progress: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains("events/s") && l.contains("B written"))
+        .collect();
+    assert!(!progress.is_empty(), "no progress line in {out:?}");
+    let t = Trace::open(&data).unwrap();
+    let n = t.final_block().and_then(|f| f.events()).expect("a count");
+    assert!(
+        out.contains(&format!("recorded {n} events from 1 threads")),
+        "{out:?}"
+    );
+    // Without a terminal: no progress line.
+    let o = record_cmd(&d.path().join("u.data"), &[], &bin, &["-1", "300000"])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("events/s"));
+}

@@ -216,7 +216,10 @@ fn acquire(s: &Session, l: &mut Life, next: u64) {
             break;
         }
         populate(chunk_ptr(s, slot), run as usize * s.chunk_size);
-        l.dropped = l.dropped.saturating_sub(run);
+        if s.ring_chunks > 0 && g >= s.ring_chunks {
+            // Reused slots come back into memory.
+            l.dropped = l.dropped.saturating_sub(run);
+        }
         g += run;
     }
     l.ready = g;
