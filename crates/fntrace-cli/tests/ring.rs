@@ -22,6 +22,7 @@ use fntrace_format::Trace;
 /// the trace's window tells which iterations it holds.
 const PROG: &str = "#include <stdio.h>\n\
     #include <stdlib.h>\n\
+    #include <string.h>\n\
     #include <unistd.h>\n\
     __attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }\n\
     __attribute__((noinline)) void boom(volatile int *p) { *p = 1; }\n\
@@ -31,14 +32,22 @@ const PROG: &str = "#include <stdio.h>\n\
       if (i == crash_at) boom(0);\n\
       return s;\n\
     }\n\
+    static long minflt(void) {\n\
+      char b[1024]; long v = -1; FILE *f = fopen(\"/proc/thread-self/stat\", \"r\");\n\
+      if (!f) return -1; size_t n = fread(b, 1, sizeof b - 1, f); fclose(f); b[n] = 0;\n\
+      char *p = strrchr(b, ')'); if (p) sscanf(p + 2, \"%*c %*d %*d %*d %*d %*d %*u %ld\", &v);\n\
+      return v;\n\
+    }\n\
     int main(int argc, char **argv) {\n\
       long crash_at = argc > 1 ? atol(argv[1]) : -1, until = argc > 2 ? atol(argv[2]) : -1;\n\
-      volatile int s = 0; char b[32];\n\
+      volatile int s = 0; char b[32]; long f0 = 0;\n\
       for (long i = 0; i != until; i++) {\n\
+        if (i == 1000) f0 = minflt();\n\
         s += step(i, crash_at);\n\
         int n = snprintf(b, sizeof b, \"%ld\\n\", i);\n\
         if (write(1, b, n) != n) return 1;\n\
       }\n\
+      fprintf(stderr, \"MINFLT: %ld\\n\", minflt() - f0);\n\
       FILE *f = fopen(\"/proc/self/status\", \"r\"); char line[256];\n\
       while (f && fgets(line, sizeof line, f)) if (line[0] == 'V' && line[2] == 'H') fputs(line, stderr);\n\
       return 0;\n\
@@ -212,10 +221,15 @@ fn ring_of_a_crash_in_a_traced_function_ends_in_it() {
 
 /// Peak resident memory (`VmHWM`, kB) the program printed at its end.
 fn peak_kb(stderr: &[u8]) -> u64 {
+    field(stderr, "VmHWM:")
+}
+
+/// The value after `name` (`VmHWM:`, `MINFLT:`) in the program's output.
+fn field(stderr: &[u8], name: &str) -> u64 {
     let s = String::from_utf8_lossy(stderr);
     s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .unwrap_or_else(|| panic!("no VmHWM in {s}"))
+        .find_map(|l| l.strip_prefix(name))
+        .unwrap_or_else(|| panic!("no {name} in {s}"))
         .trim()
         .trim_end_matches("kB")
         .trim()
@@ -227,8 +241,8 @@ fn peak_kb(stderr: &[u8]) -> u64 {
 fn resident_memory_stays_within_the_budget_whatever_the_trace_size() {
     let d = tempfile::tempdir().unwrap();
     let bin = build(d.path());
-    // ~2.4 M iterations: 75 M calls, a trace of about 150 MB.
-    let iters = "2400000";
+    // ~1.8 M iterations: 56 M calls, a trace of about 125 MB.
+    let iters = "1800000";
     let run = |data: &Path, buffer: Option<&str>| {
         let mut c = record_cmd(data, &[], &bin, &["-1", iters]);
         if let Some(b) = buffer {
@@ -237,12 +251,25 @@ fn resident_memory_stays_within_the_budget_whatever_the_trace_size() {
         let o = c.stdout(Stdio::null()).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let t = Trace::open(data).unwrap();
-        (peak_kb(&o.stderr), t.file_len(), t)
+        (
+            peak_kb(&o.stderr),
+            t.file_len(),
+            t,
+            field(&o.stderr, "MINFLT:"),
+        )
     };
-    let (kb, len, t) = run(&d.path().join("t.data"), None);
-    assert!(len > 120 << 20, "trace of only {len} bytes");
+    let (kb, len, t, faults) = run(&d.path().join("t.data"), None);
+    assert!(len > 100 << 20, "trace of only {len} bytes");
     // The budget: 32 MB + 2 MB per recording thread (one here).
     assert!(kb <= 34 << 10, "peak RSS {kb} kB for a {len}-byte trace");
+    // The traced thread took (almost) no page faults: the helper thread
+    // faulted its trace pages in ahead of it (a bound that leaves room for
+    // a helper descheduled on a loaded machine).
+    let pages = len / 4096;
+    assert!(
+        faults < pages / 10,
+        "{faults} page faults for {pages} trace pages"
+    );
     // The writer counted every event: the summary's count is the decoded
     // one, without decoding.
     let counted = t.final_block().and_then(|f| f.events()).expect("a count");
@@ -251,10 +278,17 @@ fn resident_memory_stays_within_the_budget_whatever_the_trace_size() {
     assert_eq!(counted, decoded);
     drop(t);
     // Without the helper thread every chunk stays resident: the test can fail.
-    let (kb0, len0, _) = run(&d.path().join("t0.data"), Some("0"));
+    // Without the helper thread every chunk stays resident and the traced
+    // thread faults its trace pages in: the test can fail.
+    let (kb0, len0, _, faults0) = run(&d.path().join("t0.data"), Some("0"));
     assert!(
         kb0 > len0 / 1024 / 2,
         "without the helper: {kb0} kB for {len0} bytes"
+    );
+    assert!(
+        faults0 > len0 / 4096 / 2,
+        "without the helper: {faults0} page faults for {} pages",
+        len0 / 4096
     );
 }
 
