@@ -3,6 +3,7 @@
 //! steady state and the process's resident memory stays bounded.
 //!
 //! - **Acquire**: it keeps the next [`Options::buffer`] bytes of chunks
+//!   (less at first: as many as were written so far, from 8 chunks up)
 //!   mapped and pre-faulted for writing (`MADV_POPULATE_WRITE`, the same
 //!   shared file pages the writers use: crash safety is unchanged) ahead of
 //!   the chunk counter. A thread that outruns it maps and faults chunks
@@ -41,6 +42,8 @@ use crate::clock;
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14; not in every libc crate version).
 const MADV_POPULATE_WRITE: libc::c_int = 23;
+/// Chunks pre-faulted ahead at first (the buffer is reached by doubling).
+const RAMP_CHUNKS: u64 = 8;
 /// Chunks looked at in one pass at most.
 const MAX_PER_PASS: u64 = 64;
 /// Chunks retired this many chunks ago are dropped from the page cache.
@@ -197,7 +200,10 @@ fn acquire(s: &Session, l: &mut Life, next: u64) {
     } else {
         s.max_chunks
     };
-    let target = next.saturating_add(s.buffer_chunks).min(limit);
+    // Ramp up: as far ahead as has been written so far (a short run does
+    // not pay for megabytes it never uses), at most the buffer.
+    let ahead = s.buffer_chunks.min(next.max(RAMP_CHUNKS));
+    let target = next.saturating_add(ahead).min(limit);
     let from = l.ready.max(next);
     if from >= target {
         return;
