@@ -191,6 +191,16 @@ pub enum Event {
     },
 }
 
+/// A point of a thread walk to resume from: a stream position and the
+/// call depth there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    /// Position in the stream.
+    pub pos: fntrace_format::StreamPos,
+    /// Open calls at that point.
+    pub depth: u32,
+}
+
 /// Iterator of one thread's [`Event`]s with bounded memory (one decoded
 /// chunk and the open depth). Thread facts seen on the way accumulate in
 /// [`Events::summary`].
@@ -221,6 +231,40 @@ impl<'t> Events<'t> {
                 ..Default::default()
             },
         }
+    }
+
+    /// The events of thread `tid` from a point [`Events::resume_point`]
+    /// returned (or a chunk start with its depth): the same events a
+    /// whole-stream walk yields after that point.
+    pub fn resume(trace: &'t Trace, tid: u32, at: Resume) -> Events<'t> {
+        let mut e = Events::new(trace, tid);
+        e.reader = trace.stream_at(tid, at.pos);
+        e.depth = at.depth as usize;
+        e
+    }
+
+    /// Where this walk stands, to resume it later with [`Events::resume`];
+    /// `None` while events are queued (around a gap) or at the end.
+    pub fn resume_point(&self) -> Option<Resume> {
+        if !self.pending.is_empty() || self.fetched.is_some() || self.done {
+            return None;
+        }
+        Some(Resume {
+            pos: self.reader.position()?,
+            depth: u32::try_from(self.depth).ok()?,
+        })
+    }
+
+    /// Chunks of the stream loaded so far (see
+    /// [`ThreadReader::chunks_loaded`]).
+    #[inline]
+    pub fn chunks_loaded(&self) -> usize {
+        self.reader.chunks_loaded()
+    }
+
+    /// The call depth (open calls) after the last event returned.
+    pub fn depth(&self) -> usize {
+        self.depth
     }
 
     /// The thread id.

@@ -510,7 +510,7 @@ impl Trace {
     /// thread `tid`, with the call depth its header records, checked as a
     /// whole-stream read checks it; `None` past the last chunk.
     pub fn chunk_start(&self, tid: u32, index: usize) -> Option<(StreamPos, u32)> {
-        let c = self.thread_chunks(tid).nth(index)?;
+        let c = &self.chunks[*self.threads.get(&tid)?.get(index)?];
         let depth = self.checked_chunk_depths(tid).get(index).copied()?;
         Some((
             StreamPos {
@@ -678,6 +678,12 @@ impl ThreadReader<'_> {
             }),
             None => None,
         }
+    }
+
+    /// Ends the stream after the chunk being decoded (to read one chunk
+    /// of a stream with [`Trace::stream_at`]).
+    pub fn stop_after_current(&mut self) {
+        self.chunks.truncate(self.next_chunk);
     }
 
     /// Chunks of the stream loaded so far (the index of the chunk being

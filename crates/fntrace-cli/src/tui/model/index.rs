@@ -1,0 +1,226 @@
+//! The index `fntrace tui` builds when it opens a trace: for every chunk
+//! of every thread stream, the call depth it starts at, the lowest depth
+//! it reaches and its time span. With it, the end of a call is found by
+//! decoding only the chunk where the call starts and the first chunk that
+//! climbs back to its depth; everything in between is skipped unread.
+//! Chunks are decoded independently, in parallel, one worker per core.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use fntrace_format::{FastItem, Record, StreamItem, Trace};
+
+use crate::analysis::Resume;
+
+/// What one chunk of a thread stream holds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChunkInfo {
+    /// Call depth at its start (checked as a whole-stream read checks it).
+    pub depth: u32,
+    /// Lowest depth reached in it, its start included.
+    pub min: u32,
+    /// TSC of its first and last timed record (the header's base TSC when
+    /// it has none).
+    pub first_tsc: u64,
+    /// See `first_tsc`.
+    pub last_tsc: u64,
+    /// Entry and exit events in it.
+    pub events: u64,
+}
+
+/// The index of one thread.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadIndex {
+    /// Thread id.
+    pub tid: u32,
+    /// Name (at exit if recorded, else at start; empty if neither).
+    pub name: String,
+    /// Its chunks in stream order.
+    pub chunks: Vec<ChunkInfo>,
+    /// Minimum of `min` over each run of [`BLOCK`] chunks.
+    blocks: Vec<u32>,
+}
+
+/// Chunks per block of the two-level minimum search.
+const BLOCK: usize = 64;
+
+impl ThreadIndex {
+    /// Entry and exit events of the thread.
+    pub fn events(&self) -> u64 {
+        self.chunks.iter().map(|c| c.events).sum()
+    }
+
+    /// TSC of the thread's last record.
+    pub fn last_tsc(&self) -> u64 {
+        self.chunks.iter().map(|c| c.last_tsc).max().unwrap_or(0)
+    }
+
+    /// The first chunk at or after `from` in which the call depth is
+    /// `depth` or less at some point (at its start included).
+    pub fn first_reaching(&self, from: usize, depth: u32) -> Option<usize> {
+        let mut i = from;
+        while i < self.chunks.len() {
+            if i.is_multiple_of(BLOCK) && self.blocks[i / BLOCK] > depth {
+                i += BLOCK;
+                continue;
+            }
+            if self.chunks[i].min <= depth {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Where a walk of chunk `i` starts.
+    pub fn chunk_start(&self, trace: &Trace, i: usize) -> Option<Resume> {
+        let (pos, depth) = trace.chunk_start(self.tid, i)?;
+        Some(Resume { pos, depth })
+    }
+}
+
+/// The index of a whole trace.
+#[derive(Debug, Clone, Default)]
+pub struct Index {
+    /// One entry per thread stream, by thread id.
+    pub threads: Vec<ThreadIndex>,
+}
+
+/// What decoding one chunk found.
+#[derive(Default)]
+struct Scan {
+    info: ChunkInfo,
+    start_name: Option<String>,
+    exit_name: Option<String>,
+}
+
+fn scan_chunk(trace: &Trace, tid: u32, i: usize) -> Scan {
+    let Some((pos, depth)) = trace.chunk_start(tid, i) else {
+        return Scan::default();
+    };
+    let mut r = trace.stream_at(tid, pos);
+    r.stop_after_current();
+    let mut s = Scan {
+        info: ChunkInfo {
+            depth,
+            min: depth,
+            first_tsc: u64::MAX,
+            last_tsc: 0,
+            events: 0,
+        },
+        ..Scan::default()
+    };
+    let mut d = depth;
+    let see = |s: &mut Scan, tsc: u64| {
+        s.info.first_tsc = s.info.first_tsc.min(tsc);
+        s.info.last_tsc = s.info.last_tsc.max(tsc);
+    };
+    // Depth as `analysis::Events` counts it: an exit at depth 0 has no
+    // entry and is ignored.
+    while let Some(it) = r.next_fast() {
+        match it {
+            FastItem::Entry { tsc, .. } => {
+                d += 1;
+                s.info.events += 1;
+                see(&mut s, tsc);
+            }
+            FastItem::Exit { tsc } => {
+                d = d.saturating_sub(1);
+                s.info.min = s.info.min.min(d);
+                s.info.events += 1;
+                see(&mut s, tsc);
+            }
+            FastItem::Other(o) => match *o {
+                StreamItem::Record(Record::ThreadStart { tsc, name }) => {
+                    see(&mut s, tsc);
+                    s.start_name.get_or_insert(name);
+                }
+                StreamItem::Record(Record::ThreadExit { tsc, name }) => {
+                    see(&mut s, tsc);
+                    s.exit_name = Some(name);
+                }
+                StreamItem::Record(Record::Marker { tsc, .. } | Record::Lost { tsc, .. }) => {
+                    see(&mut s, tsc)
+                }
+                _ => {}
+            },
+        }
+    }
+    if s.info.first_tsc == u64::MAX {
+        s.info.first_tsc = pos.tsc;
+        s.info.last_tsc = pos.tsc;
+    }
+    s
+}
+
+impl Index {
+    /// Decodes every chunk of every thread once, `workers` at a time.
+    pub fn build(trace: &Trace, workers: usize) -> Index {
+        let tids = trace.thread_ids();
+        let jobs: Vec<(usize, u32, usize)> = tids
+            .iter()
+            .enumerate()
+            .flat_map(|(t, &tid)| {
+                let n = trace.thread_chunks(tid).count();
+                (0..n).map(move |i| (t, tid, i))
+            })
+            .collect();
+        let next = AtomicUsize::new(0);
+        let workers = workers.clamp(1, jobs.len().max(1));
+        let results: Vec<Vec<(usize, Scan)>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..workers)
+                .map(|_| {
+                    sc.spawn(|| {
+                        let mut out = vec![];
+                        loop {
+                            let j = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(&(_, tid, i)) = jobs.get(j) else {
+                                break;
+                            };
+                            out.push((j, scan_chunk(trace, tid, i)));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("index worker"))
+                .collect()
+        });
+        let mut scans: Vec<Option<Scan>> = (0..jobs.len()).map(|_| None).collect();
+        for (j, s) in results.into_iter().flatten() {
+            scans[j] = Some(s);
+        }
+        let mut threads: Vec<ThreadIndex> = tids
+            .iter()
+            .map(|&tid| ThreadIndex {
+                tid,
+                ..ThreadIndex::default()
+            })
+            .collect();
+        let mut exit_names: Vec<Option<String>> = vec![None; tids.len()];
+        for (&(t, _, _), s) in jobs.iter().zip(scans) {
+            let s = s.unwrap_or_default();
+            let th = &mut threads[t];
+            if th.name.is_empty()
+                && let Some(n) = s.start_name
+            {
+                th.name = n;
+            }
+            if s.exit_name.is_some() {
+                exit_names[t] = s.exit_name;
+            }
+            th.chunks.push(s.info);
+        }
+        for (th, n) in threads.iter_mut().zip(exit_names) {
+            if let Some(n) = n {
+                th.name = n;
+            }
+            th.blocks = th
+                .chunks
+                .chunks(BLOCK)
+                .map(|b| b.iter().map(|c| c.min).min().unwrap_or(u32::MAX))
+                .collect();
+        }
+        Index { threads }
+    }
+}

@@ -1,0 +1,530 @@
+//! The call tree of one thread as `fntrace tui` shows it: nodes are made
+//! only for the calls whose parent was expanded, a page of children at a
+//! time, by decoding from the parent's entry with the [`ThreadIndex`]
+//! skipping the chunks inside each child. The visible rows (a depth-first
+//! walk of the expanded nodes) are kept as a list of node ids.
+
+use fntrace_format::Trace;
+
+use super::index::ThreadIndex;
+use crate::analysis::{Event, Events, Resume};
+
+/// Index of a node in the tree's arena; [`ROOT`] is the thread itself.
+pub type NodeId = usize;
+
+/// The invisible root: its children are the thread's outermost calls.
+pub const ROOT: NodeId = 0;
+
+/// Children loaded per page (more load when their row comes into view).
+pub const PAGE: usize = 1000;
+
+/// Children of one node loaded at most when the tree looks for a call
+/// (the slowest child, a search): beyond this the search stops.
+pub const MAX_CHILDREN: usize = 500_000;
+
+/// A call.
+#[derive(Debug, Clone)]
+pub struct CallNode {
+    /// Function key.
+    pub func: u64,
+    /// Entry TSC.
+    pub start: u64,
+    /// Exit TSC (the thread's last TSC when the exit was not recorded).
+    pub end: u64,
+    /// The exit was not recorded (lost in damage or the thread's end).
+    pub incomplete: bool,
+    /// Argument values (`record -A`).
+    pub args: Option<Vec<i64>>,
+    /// Return value (`record -R`).
+    pub retval: Option<i64>,
+    /// Where its children start (none for an entry lost in damage).
+    pub after: Option<Resume>,
+    /// `Some(true)` when it is known to have no children.
+    pub leaf: Option<bool>,
+}
+
+/// What a node is.
+#[derive(Debug, Clone)]
+pub enum Kind {
+    /// The thread.
+    Root,
+    /// A call.
+    Call(CallNode),
+    /// A marker event.
+    Marker {
+        /// TSC.
+        tsc: u64,
+        /// Marker name.
+        name: String,
+        /// Formatted arguments.
+        text: String,
+    },
+}
+
+/// How far a node's children are loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loaded {
+    /// Not yet.
+    No,
+    /// Up to here; more follow.
+    Partial(Resume),
+    /// All of them.
+    All,
+}
+
+/// A node of the tree.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// What it is.
+    pub kind: Kind,
+    /// Its parent (the root's is itself).
+    pub parent: NodeId,
+    /// Call depth (0 = outermost).
+    pub depth: u32,
+    /// Children loaded so far, in stream order.
+    pub children: Vec<NodeId>,
+    /// Whether more are to be loaded.
+    pub loaded: Loaded,
+    /// Whether its children are shown.
+    pub expanded: bool,
+}
+
+impl Node {
+    /// The call, if it is one.
+    pub fn call(&self) -> Option<&CallNode> {
+        match &self.kind {
+            Kind::Call(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Whether it can be expanded (a call not known to be a leaf).
+    pub fn expandable(&self) -> bool {
+        match &self.kind {
+            Kind::Call(c) => c.after.is_some() && c.leaf != Some(true),
+            _ => false,
+        }
+    }
+}
+
+/// A visible row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Row {
+    /// A node.
+    Node(NodeId),
+    /// "More calls" after the loaded children of this node.
+    More(NodeId),
+}
+
+/// An open call met while scanning for the next matching call.
+struct Frame {
+    func: u64,
+    start: u64,
+    after: Option<Resume>,
+}
+
+/// One thread's tree.
+pub struct Tree<'t> {
+    trace: &'t Trace,
+    index: &'t ThreadIndex,
+    nodes: Vec<Node>,
+    /// The visible rows.
+    pub rows: Vec<Row>,
+    /// Selected row.
+    pub cursor: usize,
+    /// First row on screen.
+    pub top: usize,
+}
+
+impl<'t> Tree<'t> {
+    /// The tree of thread `index.tid`, its outermost calls loaded.
+    pub fn new(trace: &'t Trace, index: &'t ThreadIndex) -> Tree<'t> {
+        let start = index.chunk_start(trace, 0);
+        let mut t = Tree {
+            trace,
+            index,
+            nodes: vec![Node {
+                kind: Kind::Root,
+                parent: ROOT,
+                depth: 0,
+                children: vec![],
+                loaded: match start {
+                    Some(r) => Loaded::Partial(r),
+                    None => Loaded::All,
+                },
+                expanded: true,
+            }],
+            rows: vec![],
+            cursor: 0,
+            top: 0,
+        };
+        t.load(ROOT, PAGE);
+        // A single outermost call (main) is opened.
+        if let [only] = t.nodes[ROOT].children[..]
+            && t.nodes[ROOT].loaded == Loaded::All
+        {
+            t.expand(only);
+        }
+        t.rebuild();
+        t
+    }
+
+    /// The thread id.
+    pub fn tid(&self) -> u32 {
+        self.index.tid
+    }
+
+    /// A node.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id]
+    }
+
+    /// The node of the selected row.
+    pub fn selected(&self) -> Option<NodeId> {
+        match self.rows.get(self.cursor)? {
+            Row::Node(id) => Some(*id),
+            Row::More(_) => None,
+        }
+    }
+
+    /// Loads up to `limit` more children of `id`.
+    pub fn load(&mut self, id: NodeId, limit: usize) {
+        let from = match self.nodes[id].loaded {
+            Loaded::All => return,
+            Loaded::Partial(r) => r,
+            Loaded::No => match self.nodes[id].call().and_then(|c| c.after) {
+                Some(r) => r,
+                None => {
+                    self.nodes[id].loaded = Loaded::All;
+                    return;
+                }
+            },
+        };
+        // Depth of the children (the level between two of them).
+        let target = if id == ROOT {
+            0
+        } else {
+            self.nodes[id].depth as usize + 1
+        };
+        let tid = self.index.tid;
+        let mut ev = Events::resume(self.trace, tid, from);
+        let mut loaded = ev.chunks_loaded();
+        let mut cur: Option<NodeId> = None;
+        let mut fresh = false;
+        let mut n = 0;
+        let done = loop {
+            if cur.is_none()
+                && n >= limit
+                && let Some(r) = ev.resume_point()
+            {
+                break Loaded::Partial(r);
+            }
+            let Some(e) = ev.next() else {
+                if let Some(c) = cur {
+                    self.end_call(c, self.index.last_tsc(), true);
+                }
+                break Loaded::All;
+            };
+            let depth = ev.depth();
+            match e {
+                Event::Enter { func, tsc, depth: d } => {
+                    if d == target {
+                        let after = ev.resume_point();
+                        cur = Some(self.push(
+                            id,
+                            target as u32,
+                            Kind::Call(CallNode {
+                                func,
+                                start: tsc,
+                                end: tsc,
+                                incomplete: false,
+                                args: None,
+                                retval: None,
+                                after,
+                                leaf: None,
+                            }),
+                        ));
+                        fresh = true;
+                        n += 1;
+                        continue;
+                    }
+                    if d < target {
+                        break Loaded::All;
+                    }
+                    self.set_leaf(cur, false);
+                }
+                Event::Exit { tsc, incomplete } => {
+                    if depth == target {
+                        if let Some(c) = cur.take() {
+                            self.end_call(c, tsc, incomplete);
+                        }
+                    } else if depth < target {
+                        break Loaded::All;
+                    }
+                }
+                Event::Args(v) => {
+                    if fresh
+                        && depth == target + 1
+                        && let Some(Kind::Call(c)) = cur.map(|c| &mut self.nodes[c].kind)
+                    {
+                        c.args = Some(v);
+                    }
+                }
+                Event::RetVal(v) => {
+                    if depth == target + 1
+                        && let Some(Kind::Call(c)) = cur.map(|c| &mut self.nodes[c].kind)
+                    {
+                        c.retval = Some(v);
+                    }
+                }
+                Event::Marker { tsc, name, text } => {
+                    if depth == target {
+                        self.push(id, target as u32, Kind::Marker { tsc, name, text });
+                        n += 1;
+                    } else {
+                        self.set_leaf(cur, false);
+                    }
+                }
+            }
+            fresh = false;
+            // Inside a child: skip the chunks that stay deeper than it.
+            if ev.depth() > target && ev.chunks_loaded() != loaded {
+                loaded = ev.chunks_loaded();
+                let c = loaded - 1;
+                let t = target as u32;
+                let Some(j) = self.index.first_reaching(c, t) else {
+                    // The child (and this node) run to the thread's end.
+                    if let Some(c) = cur.take() {
+                        self.end_call(c, self.index.last_tsc(), true);
+                    }
+                    break Loaded::All;
+                };
+                if j == c {
+                    continue;
+                }
+                let Some(start) = self.index.chunk_start(self.trace, j) else {
+                    break Loaded::All;
+                };
+                if start.depth <= t {
+                    // Its exit was lost in a gap before chunk j.
+                    if let Some(c) = cur.take() {
+                        self.end_call(c, self.index.chunks[j - 1].last_tsc, true);
+                    }
+                    if start.depth < t {
+                        break Loaded::All;
+                    }
+                }
+                ev = Events::resume(self.trace, tid, start);
+                loaded = ev.chunks_loaded();
+            }
+        };
+        self.nodes[id].loaded = done;
+    }
+
+    fn push(&mut self, parent: NodeId, depth: u32, kind: Kind) -> NodeId {
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            kind,
+            parent,
+            depth,
+            children: vec![],
+            loaded: Loaded::No,
+            expanded: false,
+        });
+        self.nodes[parent].children.push(id);
+        id
+    }
+
+    fn set_leaf(&mut self, id: Option<NodeId>, leaf: bool) {
+        if let Some(Kind::Call(c)) = id.map(|i| &mut self.nodes[i].kind) {
+            c.leaf = Some(leaf);
+        }
+    }
+
+    fn end_call(&mut self, id: NodeId, tsc: u64, incomplete: bool) {
+        if let Kind::Call(c) = &mut self.nodes[id].kind {
+            c.end = tsc.max(c.start);
+            c.incomplete = incomplete;
+            if c.leaf.is_none() {
+                c.leaf = Some(true);
+            }
+        }
+    }
+
+    /// Recomputes the visible rows (after expanding or collapsing),
+    /// keeping the selected node selected.
+    pub fn rebuild(&mut self) {
+        let sel = self.rows.get(self.cursor).copied();
+        self.rows.clear();
+        let mut todo: Vec<Row> = vec![];
+        let push_children = |todo: &mut Vec<Row>, nodes: &[Node], id: NodeId| {
+            if matches!(nodes[id].loaded, Loaded::Partial(_)) {
+                todo.push(Row::More(id));
+            }
+            todo.extend(nodes[id].children.iter().rev().map(|&c| Row::Node(c)));
+        };
+        push_children(&mut todo, &self.nodes, ROOT);
+        while let Some(r) = todo.pop() {
+            self.rows.push(r);
+            if let Row::Node(id) = r
+                && self.nodes[id].expanded
+            {
+                push_children(&mut todo, &self.nodes, id);
+            }
+        }
+        if let Some(s) = sel
+            && let Some(i) = self.rows.iter().position(|&r| r == s)
+        {
+            self.cursor = i;
+        }
+        self.cursor = self.cursor.min(self.rows.len().saturating_sub(1));
+    }
+
+    /// Selects node `id` (its row must be visible).
+    pub fn select(&mut self, id: NodeId) {
+        if let Some(i) = self.rows.iter().position(|&r| r == Row::Node(id)) {
+            self.cursor = i;
+        }
+    }
+
+    /// Expands a node (loading its first page of children).
+    pub fn expand(&mut self, id: NodeId) {
+        if !self.nodes[id].expandable() {
+            return;
+        }
+        if self.nodes[id].loaded == Loaded::No {
+            self.load(id, PAGE);
+        }
+        self.nodes[id].expanded = !self.nodes[id].children.is_empty();
+        self.rebuild();
+    }
+
+    /// Collapses a node.
+    pub fn collapse(&mut self, id: NodeId) {
+        self.nodes[id].expanded = false;
+        self.rebuild();
+    }
+
+    /// Loads the next page of the node whose "more" row is `Row::More(id)`.
+    pub fn load_more(&mut self, id: NodeId) {
+        self.load(id, PAGE);
+        self.rebuild();
+    }
+
+    /// The child of `id` that took longest, after loading all its
+    /// children (at most [`MAX_CHILDREN`]).
+    pub fn slowest_child(&mut self, id: NodeId) -> Option<NodeId> {
+        if self.nodes[id].loaded == Loaded::No {
+            self.load(id, PAGE);
+        }
+        while matches!(self.nodes[id].loaded, Loaded::Partial(_))
+            && self.nodes[id].children.len() < MAX_CHILDREN
+        {
+            self.load(id, 10 * PAGE);
+        }
+        let best = self.nodes[id]
+            .children
+            .iter()
+            .filter_map(|&c| self.nodes[c].call().map(|k| (c, k.end - k.start)))
+            .max_by_key(|&(c, d)| (d, std::cmp::Reverse(c)))?;
+        self.nodes[id].expanded = true;
+        self.rebuild();
+        self.select(best.0);
+        Some(best.0)
+    }
+
+    /// The next call after node `from` in the order of the stream (its
+    /// descendants first) whose function `pred` accepts; expands its
+    /// ancestors and selects it. `Err` says why there is none.
+    pub fn find_next(
+        &mut self,
+        from: NodeId,
+        pred: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<NodeId, String> {
+        // The known open calls: `from` and its ancestors, outermost first.
+        let mut known = vec![];
+        let mut p = from;
+        while p != ROOT {
+            known.push(p);
+            p = self.nodes[p].parent;
+        }
+        known.reverse();
+        let start = match self.nodes[from].call().and_then(|c| c.after) {
+            Some(r) => r,
+            None => return Err("the selected call has no position in the stream".into()),
+        };
+        let mut ev = Events::resume(self.trace, self.index.tid, start);
+        let mut open_known = known.len();
+        let mut frames: Vec<Frame> = vec![];
+        let found = loop {
+            match ev.next() {
+                None => return Err("no later call matches".into()),
+                Some(Event::Enter { func, tsc, .. }) => {
+                    let f = Frame {
+                        func,
+                        start: tsc,
+                        after: ev.resume_point(),
+                    };
+                    if func != 0 && pred(func) {
+                        frames.push(f);
+                        break frames;
+                    }
+                    frames.push(f);
+                }
+                Some(Event::Exit { .. }) => {
+                    if frames.pop().is_none() {
+                        open_known = open_known.saturating_sub(1);
+                    }
+                }
+                Some(_) => {}
+            }
+        };
+        let mut parent = if open_known == 0 {
+            ROOT
+        } else {
+            known[open_known - 1]
+        };
+        for f in &found {
+            parent = self.find_child(parent, f)?;
+        }
+        let mut a = self.nodes[parent].parent;
+        while a != ROOT {
+            self.nodes[a].expanded = true;
+            a = self.nodes[a].parent;
+        }
+        self.rebuild();
+        self.select(parent);
+        Ok(parent)
+    }
+
+    /// The child of `parent` entered as `f`, loading pages until it is.
+    fn find_child(&mut self, parent: NodeId, f: &Frame) -> Result<NodeId, String> {
+        let mut searched = 0;
+        if self.nodes[parent].loaded == Loaded::No {
+            self.load(parent, PAGE);
+        }
+        self.nodes[parent].expanded = true;
+        loop {
+            let kids = &self.nodes[parent].children;
+            for &c in &kids[searched..] {
+                if let Some(k) = self.nodes[c].call()
+                    && k.start == f.start
+                    && k.func == f.func
+                    && (k.after == f.after || k.after.is_none() || f.after.is_none())
+                {
+                    return Ok(c);
+                }
+            }
+            searched = kids.len();
+            if !matches!(self.nodes[parent].loaded, Loaded::Partial(_)) {
+                return Err("the call was not found in its parent".into());
+            }
+            if searched >= MAX_CHILDREN {
+                return Err(format!(
+                    "the call comes after more than {MAX_CHILDREN} calls of its parent"
+                ));
+            }
+            self.load(parent, 10 * PAGE);
+        }
+    }
+}
