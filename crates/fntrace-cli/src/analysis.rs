@@ -240,6 +240,10 @@ impl<'t> Events<'t> {
         let mut e = Events::new(trace, tid);
         e.reader = trace.stream_at(tid, at.pos);
         e.depth = at.depth as usize;
+        // TSCs only grow along a stream: calls still open at its end
+        // close at its last timed record, as in a whole-stream walk,
+        // even when that record lies before `at`.
+        e.sum.last_tsc = at.pos.tsc;
         e
     }
 
@@ -260,11 +264,6 @@ impl<'t> Events<'t> {
     #[inline]
     pub fn chunks_loaded(&self) -> usize {
         self.reader.chunks_loaded()
-    }
-
-    /// The call depth (open calls) after the last event returned.
-    pub fn depth(&self) -> usize {
-        self.depth
     }
 
     /// The thread id.

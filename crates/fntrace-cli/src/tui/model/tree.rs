@@ -208,6 +208,7 @@ impl<'t> Tree<'t> {
         };
         let tid = self.index.tid;
         let mut ev = Events::resume(self.trace, tid, from);
+        let mut depth = from.depth as usize;
         let mut loaded = ev.chunks_loaded();
         let mut cur: Option<NodeId> = None;
         let mut fresh = false;
@@ -225,7 +226,14 @@ impl<'t> Tree<'t> {
                 }
                 break Loaded::All;
             };
-            let depth = ev.depth();
+            // The depth after this event (`ev.depth()` is ahead of it
+            // when several events were queued at once, around a gap or
+            // at the end of the stream).
+            match &e {
+                Event::Enter { depth: d, .. } => depth = d + 1,
+                Event::Exit { .. } => depth = depth.saturating_sub(1),
+                _ => {}
+            }
             match e {
                 Event::Enter { func, tsc, depth: d } => {
                     if d == target {
@@ -288,7 +296,7 @@ impl<'t> Tree<'t> {
             }
             fresh = false;
             // Inside a child: skip the chunks that stay deeper than it.
-            if ev.depth() > target && ev.chunks_loaded() != loaded {
+            if depth > target && ev.chunks_loaded() != loaded {
                 loaded = ev.chunks_loaded();
                 let c = loaded - 1;
                 let t = target as u32;
@@ -315,6 +323,7 @@ impl<'t> Tree<'t> {
                     }
                 }
                 ev = Events::resume(self.trace, tid, start);
+                depth = start.depth as usize;
                 loaded = ev.chunks_loaded();
             }
         };
@@ -526,5 +535,192 @@ impl<'t> Tree<'t> {
             }
             self.load(parent, 10 * PAGE);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{Call, Visitor, walk_thread};
+    use crate::tui::model::index::Index;
+    use fntrace_format::layout::{
+        ChunkHeader, FINAL_FLAG_CLEAN, Final, HEADER_SIZE, Header, VERSION_MAJOR, VERSION_MINOR,
+    };
+    use fntrace_format::writer::TraceBuilder;
+
+    /// A random call tree over many small chunks: depth wanders up to
+    /// `max_depth`, with runs that stay deep for several chunks.
+    fn random_trace(path: &std::path::Path, seed: u64, events: usize, max_depth: u32) {
+        let mut b = TraceBuilder::new(Header {
+            version_major: VERSION_MAJOR,
+            version_minor: VERSION_MINOR,
+            header_size: HEADER_SIZE,
+            chunk_size: 256,
+            flags: 0,
+            tsc_hz: 1_000_000_000,
+            start_tsc: 1000,
+            start_mono_ns: 0,
+            start_realtime_ns: 0,
+            pid: 1,
+        });
+        let mut rng = seed | 1;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for tid in [5u32, 6] {
+            let (mut seq, mut depth, mut tsc) = (0u32, 0u32, 1000u64);
+            let hdr = |seq, depth, tsc| ChunkHeader {
+                tid,
+                seq,
+                depth,
+                base_tsc: tsc,
+                ..ChunkHeader::default()
+            };
+            let mut c = b.new_chunk(&hdr(seq, depth, tsc));
+            let mut i = 0;
+            while i < events {
+                let r = next();
+                let d = 1 + (r & 7);
+                // Long deep stretches: bias towards entering while below
+                // a target that changes slowly.
+                let goal = ((i / 300) as u32 * 7) % max_depth + 1;
+                let enter = depth == 0 || (depth < max_depth && (depth < goal) == (r & 0x30 != 0));
+                let ok = if enter {
+                    c.entry(d, 0x10 + (r >> 8) % 4)
+                } else {
+                    c.exit(d)
+                };
+                if !ok {
+                    c.seal();
+                    b.push_chunk(&c);
+                    seq += 1;
+                    c = b.new_chunk(&hdr(seq, depth, tsc));
+                    continue;
+                }
+                tsc += d;
+                if enter {
+                    depth += 1;
+                } else {
+                    depth -= 1;
+                }
+                i += 1;
+            }
+            c.seal();
+            b.push_chunk(&c);
+        }
+        let chunks = b.chunks();
+        let bytes = b.finish(&Final {
+            flags: FINAL_FLAG_CLEAN,
+            chunks,
+            tsc_hz: 1_000_000_000,
+            ..Final::default()
+        });
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    struct Collect(Vec<(u64, usize, u64, u64)>);
+    impl Visitor for Collect {
+        fn call(&mut self, c: &Call) {
+            self.0.push((c.func, c.depth, c.start, c.end));
+        }
+    }
+
+    /// Every node of a fully expanded lazy tree, depth first.
+    fn expand_all(t: &mut Tree, page: usize) -> Vec<(u64, usize, u64, u64)> {
+        let mut out = vec![];
+        let mut todo = vec![ROOT];
+        while let Some(id) = todo.pop() {
+            while t.nodes[id].loaded != Loaded::All {
+                t.load(id, page);
+            }
+            if let Some(c) = t.nodes[id].call() {
+                out.push((c.func, t.nodes[id].depth as usize, c.start, c.end));
+            }
+            todo.extend(t.nodes[id].children.iter().rev());
+        }
+        out
+    }
+
+    /// The lazily built tree (chunks skipped with the index, children
+    /// loaded a page at a time) has exactly the calls, depths, entries and
+    /// exits of a whole-stream walk.
+    #[test]
+    fn lazy_tree_equals_a_full_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        for (seed, depth) in [(1u64, 3u32), (7, 12), (99, 40)] {
+            let p = dir.path().join(format!("t{seed}.data"));
+            random_trace(&p, seed, 20_000, depth);
+            let trace = fntrace_format::Trace::open(&p).unwrap();
+            assert!(trace.thread_chunks(5).count() > 100, "many chunks");
+            let index = Index::build(&trace, 2);
+            for (ti, th) in index.threads.iter().enumerate() {
+                let mut want = Collect(vec![]);
+                walk_thread(&trace, th.tid, &mut want);
+                let mut want = want.0;
+                want.sort_by_key(|&(_, d, s, _)| (s, d));
+                for page in [3, PAGE] {
+                    let mut t = Tree::new(&trace, &index.threads[ti]);
+                    let got = expand_all(&mut t, page);
+                    if let Some(i) = (0..got.len().min(want.len())).find(|&i| got[i] != want[i]) {
+                        panic!(
+                            "seed {seed} tid {} page {page}: call {i}: got {:?}, want {:?}",
+                            th.tid,
+                            &got[i.saturating_sub(2)..(i + 3).min(got.len())],
+                            &want[i.saturating_sub(2)..(i + 3).min(want.len())]
+                        );
+                    }
+                    assert_eq!(got.len(), want.len(), "seed {seed} tid {}", th.tid);
+                }
+            }
+        }
+    }
+
+    /// `find_next` reaches every call of a function in stream order,
+    /// expanding its ancestors, and the slowest child is the longest.
+    #[test]
+    fn next_call_of_a_function_and_slowest_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.data");
+        random_trace(&p, 5, 5_000, 9);
+        let trace = fntrace_format::Trace::open(&p).unwrap();
+        let index = Index::build(&trace, 2);
+        let mut want = Collect(vec![]);
+        walk_thread(&trace, 5, &mut want);
+        let mut want = want.0;
+        want.sort_by_key(|&(_, d, s, _)| (s, d));
+        let calls_of_0x11: Vec<_> = want.iter().filter(|c| c.0 == 0x11).collect();
+        let mut t = Tree::new(&trace, &index.threads[0]);
+        let mut cur = t.nodes[ROOT].children[0];
+        let first = t.nodes[cur].call().unwrap().clone();
+        let mut seen = vec![];
+        if first.func == 0x11 {
+            seen.push(first.start);
+        }
+        while let Ok(id) = t.find_next(cur, &mut |f| f == 0x11) {
+            let c = t.nodes[id].call().unwrap();
+            seen.push(c.start);
+            assert_eq!(t.selected(), Some(id), "the match is selected");
+            cur = id;
+        }
+        let want_starts: Vec<u64> = calls_of_0x11.iter().map(|c| c.2).collect();
+        assert_eq!(seen, want_starts);
+        // Slowest child of the first outermost call.
+        let root0 = t.nodes[ROOT].children[0];
+        let s = t.slowest_child(root0).unwrap();
+        let d = |id: NodeId| {
+            let c = t.nodes[id].call().unwrap();
+            c.end - c.start
+        };
+        let best = t.nodes[root0]
+            .children
+            .iter()
+            .filter(|&&c| t.nodes[c].call().is_some())
+            .map(|&c| d(c))
+            .max()
+            .unwrap();
+        assert_eq!(d(s), best);
     }
 }
