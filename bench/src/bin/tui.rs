@@ -119,7 +119,12 @@ fn generate(path: &Path) -> u64 {
     f.write_all(&head).unwrap();
     let mut chunks = 0u64;
     let mut meta = ChunkBuf::new(DEFAULT_CHUNK_SIZE, &header(META_TID, 0, 0, 1_000));
-    for (k, name) in [(MAIN, "main"), (FIB, "fib"), (LOOP, "worker"), (LEAF, "leaf")] {
+    for (k, name) in [
+        (MAIN, "main"),
+        (FIB, "fib"),
+        (LOOP, "worker"),
+        (LEAF, "leaf"),
+    ] {
         assert!(meta.framed(&Framed::Site {
             key: k,
             prefix: b"synthetic",
@@ -177,6 +182,8 @@ fn generate(path: &Path) -> u64 {
 
 /// Runs a command with its output discarded; wall seconds and peak RSS
 /// in MB (`wait4`).
+// The child is reaped with `wait4` (for its rusage), not `Child::wait`.
+#[allow(clippy::zombie_processes)]
 fn measure(cmd: &mut Command) -> (f64, f64, String) {
     let t = Instant::now();
     let child = cmd.stdout(Stdio::piped()).spawn().unwrap();
@@ -230,7 +237,12 @@ fn main() {
     let mut best = [(f64::MAX, 0.0f64), (f64::MAX, 0.0f64)];
     let mut screen = String::new();
     for _ in 0..runs {
-        let (s, m, out) = measure(Command::new(&bin).arg("tui").arg("--first-screen").arg(&path));
+        let (s, m, out) = measure(
+            Command::new(&bin)
+                .arg("tui")
+                .arg("--first-screen")
+                .arg(&path),
+        );
         best[0] = (best[0].0.min(s), best[0].1.max(m));
         screen = out;
         let (s, m, _) = measure(Command::new(&bin).arg("report").arg(&path));

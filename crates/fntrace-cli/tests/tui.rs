@@ -222,7 +222,10 @@ fn report_first_rows() {
         .map(|l| l.trim().to_string())
         .collect();
     assert_eq!(rows, want, "{s}");
-    assert!(rows[1].ends_with("177  fib"), "fib(10) makes 177 calls: {s}");
+    assert!(
+        rows[1].ends_with("177  fib"),
+        "fib(10) makes 177 calls: {s}"
+    );
     // Enter shows the callers and callees of the selected row's function.
     t.keys(&["Enter"]);
     let s = t.wait_for("CALL GRAPH");
@@ -299,7 +302,11 @@ fn tree_rows(screen: &str) -> Vec<(usize, String, String)> {
             let t = rest.trim_start();
             // A fold mark (`>`, `v`) or two spaces in its place.
             let marked = t.starts_with("> ") || t.starts_with("v ");
-            let level = if marked { spaces / 2 } else { spaces.saturating_sub(2) / 2 };
+            let level = if marked {
+                spaces / 2
+            } else {
+                spaces.saturating_sub(2) / 2
+            };
             let name = if marked { &t[2..] } else { t }.trim().to_string();
             (level, dur.trim().to_string(), name)
         })
@@ -324,7 +331,12 @@ fn expand_fib_three_levels() {
         expanded.push(c);
         c = calls[c].children[0];
     }
-    fn walk(calls: &[ReplayCall], i: usize, open: &[usize], out: &mut Vec<(usize, String, String)>) {
+    fn walk(
+        calls: &[ReplayCall],
+        i: usize,
+        open: &[usize],
+        out: &mut Vec<(usize, String, String)>,
+    ) {
         out.push((calls[i].depth, calls[i].dur.clone(), calls[i].name.clone()));
         if open.contains(&i) {
             for &k in &calls[i].children {
@@ -335,7 +347,7 @@ fn expand_fib_three_levels() {
     walk(&calls, 0, &expanded, &mut want);
     let t = Tmux::start(80, 24, &[("NO_COLOR", "1")], &tui_cmd(&data));
     // main is opened at start: its fib is the second row.
-    t.wait(&"main and fib", |s| tree_rows(s).len() == 2);
+    t.wait("main and fib", |s| tree_rows(s).len() == 2);
     for level in 1..=3 {
         t.keys(&["j", "Enter"]);
         t.wait(&format!("level {level}"), |s| {
@@ -351,7 +363,7 @@ fn expand_fib_three_levels() {
     let row = |i: usize| words(format!("{} v {}", want[i].1, want[i].2));
     assert_eq!(words(t.selected_row()), row(3));
     t.keys(&["u"]);
-    t.wait(&"the parent selected", |_| words(t.selected_row()) == row(2));
+    t.wait("the parent selected", |_| words(t.selected_row()) == row(2));
     let kids = &calls[expanded[2]].children;
     let slowest = kids
         .iter()
@@ -359,19 +371,24 @@ fn expand_fib_three_levels() {
             let ns = |i: usize| {
                 let (v, u) = calls[i].dur.split_once(' ').unwrap();
                 let v: f64 = v.parse().unwrap();
-                v * match u { "ns" => 1.0, "us" => 1e3, "ms" => 1e6, _ => 1e9 }
+                v * match u {
+                    "ns" => 1.0,
+                    "us" => 1e3,
+                    "ms" => 1e6,
+                    _ => 1e9,
+                }
             };
             ns(a).total_cmp(&ns(b))
         })
         .unwrap();
     t.keys(&["L"]);
-    t.wait(&"the slowest child selected", |_| {
+    t.wait("the slowest child selected", |_| {
         let r = words(t.selected_row());
         r.starts_with(&words(calls[*slowest].dur.clone())) && r.ends_with(&["fib".to_string()])
     });
     // Left on an expanded call collapses it.
     t.keys(&["u", "Left"]);
-    t.wait(&"collapsed", |s| tree_rows(s).len() == 4);
+    t.wait("collapsed", |s| tree_rows(s).len() == 4);
     t.keys(&["q"]);
 }
 
@@ -428,7 +445,9 @@ impl<'b> Stream<'b> {
             self.c.seal();
             self.b.push_chunk(&self.c);
             self.seq += 1;
-            self.c = self.b.new_chunk(&hdr(self.tid, self.seq, self.depth, self.tsc));
+            self.c = self
+                .b
+                .new_chunk(&hdr(self.tid, self.seq, self.depth, self.tsc));
         }
         match ev {
             Ev::Enter(_) => self.depth += 1,
@@ -496,7 +515,13 @@ fn synthetic(path: &Path) {
     meta.seal();
     b.push_chunk(&meta);
     let mut s = Stream::new(&mut b, 101);
-    s.put(1, Ev::Framed(Framed::ThreadStart { d: 1, name: b"alpha" }));
+    s.put(
+        1,
+        Ev::Framed(Framed::ThreadStart {
+            d: 1,
+            name: b"alpha",
+        }),
+    );
     s.call(ALPHA_MAIN, 10, |s| {
         s.put(10, Ev::Enter(FIB));
         s.put(0, Ev::Framed(Framed::Args { values: &[3] }));
@@ -523,7 +548,13 @@ fn synthetic(path: &Path) {
     });
     s.finish();
     let mut s = Stream::new(&mut b, 202);
-    s.put(1, Ev::Framed(Framed::ThreadStart { d: 1, name: b"beta" }));
+    s.put(
+        1,
+        Ev::Framed(Framed::ThreadStart {
+            d: 1,
+            name: b"beta",
+        }),
+    );
     s.call(BETA_MAIN, 10, |s| {
         for _ in 0..3 {
             s.call(LEAF, 30, |_| {});
@@ -559,7 +590,10 @@ fn search_values_and_markers() {
         s.lines().nth(3).unwrap().trim() == "/* marker net_rx len=1500 */",
         "{s}"
     );
-    assert_eq!(t.selected_row().split_whitespace().last(), Some("alpha_main"));
+    assert_eq!(
+        t.selected_row().split_whitespace().last(),
+        Some("alpha_main")
+    );
     t.keys(&["/"]);
     t.text("^need");
     t.wait_for("/^need");
@@ -580,7 +614,7 @@ fn search_values_and_markers() {
     t.wait_for("needle  synthetic.rs:30");
     // The next `work` after the one holding the needle.
     t.keys(&["u", "n"]);
-    t.wait(&"the next work", |_| t.selected_row().ends_with("> work"));
+    t.wait("the next work", |_| t.selected_row().ends_with("> work"));
     t.keys(&["/"]);
     t.text("(");
     t.keys(&["Enter"]);
@@ -598,19 +632,25 @@ fn switch_threads() {
     let t = Tmux::start(80, 24, &[("NO_COLOR", "1")], &tui_cmd(&data));
     t.wait_for("thread 101 alpha (1/2)");
     t.keys(&["j", "j"]);
-    t.wait(&"the marker selected", |_| t.selected_row().contains("net_rx"));
+    t.wait("the marker selected", |_| {
+        t.selected_row().contains("net_rx")
+    });
     t.keys(&["t"]);
     let s = t.wait_for("thread 202 beta (2/2)");
     let rows = tree_rows(&s);
     assert_eq!(rows[0].2, "beta_main", "{s}");
     assert!(
-        rows[1..].iter().all(|r| r.2 == "leaf" && r.0 == 1 && r.1 == "30 ns"),
+        rows[1..]
+            .iter()
+            .all(|r| r.2 == "leaf" && r.0 == 1 && r.1 == "30 ns"),
         "{rows:?}\n{s}"
     );
     assert!(!s.contains("alpha_main"), "{s}");
     t.keys(&["T"]);
     t.wait_for("thread 101 alpha (1/2)");
-    t.wait(&"alpha's selection kept", |_| t.selected_row().contains("net_rx"));
+    t.wait("alpha's selection kept", |_| {
+        t.selected_row().contains("net_rx")
+    });
     t.keys(&["t", "t"]);
     t.wait_for("thread 101 alpha (1/2)");
     t.keys(&["q"]);
@@ -637,7 +677,9 @@ fn quit_restores_the_terminal() {
     t.keys(&["?"]);
     t.wait_for("Keys");
     t.keys(&["q"]);
-    let s = t.wait(&"the shell back", |s| s.contains("BEFORE-42") && !s.contains("1Tree"));
+    let s = t.wait("the shell back", |s| {
+        s.contains("BEFORE-42") && !s.contains("1Tree")
+    });
     assert_eq!(alt().trim(), "0", "alternate screen left: {s}");
     // Echo and line editing work again (raw mode is off).
     t.text("echo AFTER-$((1+2))");
@@ -657,7 +699,10 @@ fn no_color_and_resize() {
         s.split('\x1b').skip(1).any(|e| {
             let p = e.trim_start_matches('[');
             let code = p.split(['m', ';']).next().unwrap_or("");
-            matches!(code.len(), 2) && (code.starts_with('3') || code.starts_with('4')) && code != "39" && code != "49"
+            matches!(code.len(), 2)
+                && (code.starts_with('3') || code.starts_with('4'))
+                && code != "39"
+                && code != "49"
         })
     };
     let t = Tmux::start(80, 24, &[], &tui_cmd(&data));
@@ -671,15 +716,21 @@ fn no_color_and_resize() {
     assert!(e.contains("\x1b[7m"), "reverse video: {e:?}");
     let s = t.screen();
     assert_eq!(s.lines().count(), 24, "{s:?}");
-    assert!(s.lines().nth(23).unwrap().contains("alpha_main  synthetic.rs:10"), "{s}");
+    assert!(
+        s.lines()
+            .nth(23)
+            .unwrap()
+            .contains("alpha_main  synthetic.rs:10"),
+        "{s}"
+    );
     t.tmux(&["resize-window", "-t", "0", "-x", "100", "-y", "40"]);
-    let s = t.wait(&"40 lines", |s| {
+    let s = t.wait("40 lines", |s| {
         s.lines().count() == 40 && s.lines().nth(39).unwrap().contains("synthetic.rs:10")
     });
     // More rows of the 2500 `work` calls fill the taller screen.
     // (All rows but the marker's have a duration.)
     assert_eq!(tree_rows(&s).len(), 37, "{s}");
     t.tmux(&["resize-window", "-t", "0", "-x", "80", "-y", "24"]);
-    t.wait(&"24 lines", |s| tree_rows(s).len() == 21);
+    t.wait("24 lines", |s| tree_rows(s).len() == 21);
     t.keys(&["q"]);
 }

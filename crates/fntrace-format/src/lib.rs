@@ -17,4 +17,6 @@ pub mod varint;
 pub mod writer;
 
 pub use event::{DetachReason, ModuleInfo, ProcessInfo, Record, SiteInfo};
-pub use reader::{Damage, Ending, FastItem, Metadata, StreamItem, StreamPos, ThreadReader, Trace, TraceError};
+pub use reader::{
+    Damage, Ending, FastItem, Metadata, StreamItem, StreamPos, ThreadReader, Trace, TraceError,
+};

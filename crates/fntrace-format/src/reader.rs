@@ -669,15 +669,12 @@ impl ThreadReader<'_> {
         if self.batch_pos < self.batch.len() {
             return None;
         }
-        match &self.cur {
-            Some(cs) => Some(StreamPos {
-                chunk: cs.entry as u32,
-                offset: cs.pos as u32,
-                tsc: cs.tsc,
-                prev_func: cs.prev_func,
-            }),
-            None => None,
-        }
+        self.cur.as_ref().map(|cs| StreamPos {
+            chunk: cs.entry as u32,
+            offset: cs.pos as u32,
+            tsc: cs.tsc,
+            prev_func: cs.prev_func,
+        })
     }
 
     /// Ends the stream after the chunk being decoded (to read one chunk

@@ -167,7 +167,10 @@ impl<'t> App<'t> {
         std::thread::spawn(move || {
             let mut out = vec![];
             let _ = crate::info::write_info(&mut out, &t);
-            let text = String::from_utf8_lossy(&out).lines().map(String::from).collect();
+            let text = String::from_utf8_lossy(&out)
+                .lines()
+                .map(String::from)
+                .collect();
             let _ = tx.send(Done::Info(text));
         });
     }
@@ -195,7 +198,10 @@ impl<'t> App<'t> {
                         crate::graph::GraphFormat::Text,
                         None,
                     );
-                    String::from_utf8_lossy(&out).lines().map(String::from).collect()
+                    String::from_utf8_lossy(&out)
+                        .lines()
+                        .map(String::from)
+                        .collect()
                 }
                 Err(e) => vec![format!("bad pattern: {e}")],
             };
@@ -264,11 +270,7 @@ impl<'t> App<'t> {
         let Some(s) = self.input.as_mut() else { return };
         match k.code {
             KeyCode::Esc => self.input = None,
-            KeyCode::Backspace => {
-                if s.pop().is_none() {
-                    self.input = None;
-                }
-            }
+            KeyCode::Backspace if s.pop().is_none() => self.input = None,
             KeyCode::Char(c) => s.push(c),
             KeyCode::Enter => {
                 let text = self.input.take().unwrap_or_default();
@@ -317,18 +319,12 @@ impl<'t> App<'t> {
             .or_insert_with(|| Tree::new(trace, &index.threads[i]));
         let sym = &mut self.sym;
         let matches = &mut self.matches;
-        let mut pred = |f: u64| {
-            *matches
-                .entry(f)
-                .or_insert_with(|| re.is_match(sym.name(f)))
-        };
+        let mut pred = |f: u64| *matches.entry(f).or_insert_with(|| re.is_match(sym.name(f)));
         // From the selection, or from the first call when the first call
         // itself matches the search.
         let from = tree.selected();
         let r = match from {
-            Some(id) if tree.node(id).call().is_some() => {
-                tree.find_next(id, &mut pred).map(|_| ())
-            }
+            Some(id) if tree.node(id).call().is_some() => tree.find_next(id, &mut pred).map(|_| ()),
             _ => Err("select a call first".into()),
         };
         match r {

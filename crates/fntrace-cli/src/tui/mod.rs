@@ -55,7 +55,7 @@ fn workers() -> usize {
 
 /// `fntrace tui PATH`.
 pub fn run(out: &mut dyn Write, path: &Path, o: &Options) -> Result<()> {
-    if !o.first_screen && !(io::stdout().is_terminal() && io::stdin().is_terminal()) {
+    if !(o.first_screen || io::stdout().is_terminal() && io::stdin().is_terminal()) {
         return Err(crate::Error::Invalid(
             "fntrace tui needs a terminal (standard input and output)".into(),
         ));

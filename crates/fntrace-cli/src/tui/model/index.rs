@@ -59,7 +59,7 @@ impl ThreadIndex {
     pub fn first_reaching(&self, from: usize, depth: u32) -> Option<usize> {
         let mut i = from;
         while i < self.chunks.len() {
-            if i.is_multiple_of(BLOCK) && self.blocks[i / BLOCK] > depth {
+            if i % BLOCK == 0 && self.blocks[i / BLOCK] > depth {
                 i += BLOCK;
                 continue;
             }

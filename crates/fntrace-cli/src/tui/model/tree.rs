@@ -235,7 +235,11 @@ impl<'t> Tree<'t> {
                 _ => {}
             }
             match e {
-                Event::Enter { func, tsc, depth: d } => {
+                Event::Enter {
+                    func,
+                    tsc,
+                    depth: d,
+                } => {
                     if d == target {
                         let after = ev.resume_point();
                         cur = Some(self.push(

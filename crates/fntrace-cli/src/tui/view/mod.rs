@@ -124,7 +124,10 @@ fn title_bar(f: &mut Frame, area: Rect, app: &mut App, theme: Theme) {
     for (i, v) in View::ALL.iter().enumerate() {
         let s = format!("{}{} ", i + 1, v.name());
         if *v == app.view {
-            spans.push(Span::styled(s, Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED)));
+            spans.push(Span::styled(
+                s,
+                Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
+            ));
         } else {
             spans.push(Span::raw(s));
         }
