@@ -734,3 +734,38 @@ fn no_color_and_resize() {
     t.wait("24 lines", |s| tree_rows(s).len() == 21);
     t.keys(&["q"]);
 }
+
+/// Without a terminal, and on a file that is not a trace, one line says
+/// what is wrong and the exit status is not zero; the terminal is left
+/// as it was.
+#[test]
+fn errors_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("s.data");
+    synthetic(&data);
+    let out = Command::new(fntrace_bin())
+        .args(["tui", data.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("needs a terminal"), "{err}");
+    let bad = dir.path().join("not-a-trace");
+    std::fs::write(&bad, b"hello, world").unwrap();
+    let t = Tmux::start(
+        80,
+        24,
+        &[],
+        &format!("{}; echo EXIT=$?; sleep 600", tui_cmd(&bad)),
+    );
+    let s = t.wait_for("EXIT=");
+    assert!(s.contains("EXIT=2"), "{s}");
+    let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 2, "{s}");
+    assert!(
+        lines[0].starts_with(&format!("fntrace: {}: ", bad.display()))
+            && lines[0].contains("bad magic"),
+        "{s}"
+    );
+}

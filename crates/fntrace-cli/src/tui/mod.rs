@@ -24,7 +24,7 @@ use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
 
 use crate::Result;
-use crate::tracefile::open_checked;
+use crate::tracefile::{open_checked, with_progress};
 use app::App;
 use model::index::Index;
 use view::Theme;
@@ -61,7 +61,8 @@ pub fn run(out: &mut dyn Write, path: &Path, o: &Options) -> Result<()> {
         ));
     }
     let trace = Arc::new(open_checked(path)?);
-    let index = Index::build(&trace, workers());
+    // A progress bar on stderr when this takes over a second.
+    let index = with_progress(&trace, 1, "indexing", || Index::build(&trace, workers()));
     let theme = Theme::from_env();
     let mut app = App::new(&trace, &index);
     if o.first_screen {

@@ -81,7 +81,8 @@ impl ThreadIndex {
 /// The index of a whole trace.
 #[derive(Debug, Clone, Default)]
 pub struct Index {
-    /// One entry per thread stream, by thread id.
+    /// One entry per thread stream, by thread id (one empty entry, thread
+    /// 0, when the trace has none).
     pub threads: Vec<ThreadIndex>,
 }
 
@@ -220,6 +221,10 @@ impl Index {
                 .chunks(BLOCK)
                 .map(|b| b.iter().map(|c| c.min).min().unwrap_or(u32::MAX))
                 .collect();
+        }
+        if threads.is_empty() {
+            // A trace without thread streams shows one empty thread.
+            threads.push(ThreadIndex::default());
         }
         Index { threads }
     }

@@ -99,6 +99,7 @@ pub fn draw(f: &mut Frame, app: &mut App, theme: Theme) {
 fn title_bar(f: &mut Frame, area: Rect, app: &mut App, theme: Theme) {
     let th = &app.index.threads.get(app.thread);
     let thread = match th {
+        Some(t) if t.tid == 0 && t.chunks.is_empty() => "no threads recorded".into(),
         Some(t) if !t.name.is_empty() => format!(
             "thread {} {} ({}/{})",
             t.tid,
