@@ -14,7 +14,8 @@
 //!
 //! Printed: wall time and peak RSS (`wait4`) of each and the ratio
 //! tui / report. Targets (issue #22): first screen under 2 s, at most
-//! 200 MB. Asserts nothing.
+//! 200 MB. Asserts nothing. `--runs N` (default 3); `--keep PATH` writes
+//! the trace to PATH and leaves it there.
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -223,9 +224,14 @@ fn main() {
         "{} missing: cargo build --release -p fntrace-cli",
         bin.display()
     );
+    // `--keep PATH`: write the trace there and leave it (to browse it).
+    let keep: Option<PathBuf> = std::env::args()
+        .skip_while(|a| a != "--keep")
+        .nth(1)
+        .map(PathBuf::from);
     let dir = std::env::temp_dir().join(format!("fntrace-tui-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("100m.data");
+    let path = keep.clone().unwrap_or_else(|| dir.join("100m.data"));
     let t0 = Instant::now();
     let events = generate(&path);
     let size = std::fs::metadata(&path).unwrap().len();

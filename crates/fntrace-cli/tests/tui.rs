@@ -242,6 +242,23 @@ fn report_first_rows() {
             .unwrap();
         assert!(row.trim().ends_with(first), "by {key}: {s}");
     }
+    // `/` filters the report's rows.
+    t.keys(&["/"]);
+    t.text("^ma");
+    t.keys(&["Enter"]);
+    let s = t.wait_for("sorted by name, /^ma/");
+    let rows: Vec<&str> = s
+        .lines()
+        .skip_while(|l| !l.contains("Total time"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    assert_eq!(rows, [want[0]], "{s}");
+    // Info: `fntrace info`'s text.
+    t.keys(&["4"]);
+    let s = t.wait_for("# threads       1");
+    assert!(s.contains("# events        356"), "{s}");
     t.keys(&["q"]);
 }
 

@@ -385,7 +385,9 @@ impl<'t> Tree<'t> {
                 push_children(&mut todo, &self.nodes, id);
             }
         }
-        if let Some(s) = sel
+        // On a "more" row the cursor stays where it is: on the first of
+        // the calls just loaded (it must not chase the row and load on).
+        if let Some(s @ Row::Node(_)) = sel
             && let Some(i) = self.rows.iter().position(|&r| r == s)
         {
             self.cursor = i;

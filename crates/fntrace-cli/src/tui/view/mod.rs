@@ -149,6 +149,9 @@ fn status_line(f: &mut Frame, area: Rect, app: &mut App, theme: Theme) {
                 None => format!("{name}  (no source line)"),
             },
             Some((None, name)) => name,
+            None if app.view == View::Tree => {
+                "more calls follow (loaded as they come on screen)".into()
+            }
             None => String::new(),
         }
     };
