@@ -7,9 +7,22 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use super::{Theme, follow};
-use crate::analysis::{fmt_ns, indent};
+use crate::analysis::fmt_ns;
 use crate::tui::app::App;
 use crate::tui::model::tree::{Kind, Row};
+
+/// Indentation of a row at `depth` in a body `width` columns wide: two
+/// spaces a level while a name keeps 24 columns, then the level in
+/// brackets (deep recursions stay readable in 80 columns).
+fn indent(depth: u32, width: u16) -> String {
+    let room = (width as usize).saturating_sub(12 + 24) / 2;
+    let depth = depth as usize;
+    if depth <= room {
+        "  ".repeat(depth)
+    } else {
+        format!("{}[{depth}] ", "  ".repeat(room.saturating_sub(7)))
+    }
+}
 
 /// Draws the tree of the thread shown.
 pub fn draw(f: &mut Frame, area: Rect, app: &mut App, theme: Theme) {
@@ -55,20 +68,23 @@ pub fn draw(f: &mut Frame, area: Rect, app: &mut App, theme: Theme) {
                 let label = app.label(&k);
                 Line::from(vec![
                     Span::styled(format!("{dur:>11} "), theme.number()),
-                    Span::raw(format!("{}{mark}{label}", indent(depth as usize))),
+                    Span::raw(format!("{}{mark}{label}", indent(depth, area.width))),
                 ])
             }
             Some(k @ Kind::Marker { .. }) => {
                 let label = app.label(&k);
                 Line::from(vec![
                     Span::raw(format!("{:>11} ", "")),
-                    Span::styled(format!("{}  {label}", indent(depth as usize)), theme.dim()),
+                    Span::styled(
+                        format!("{}  {label}", indent(depth, area.width)),
+                        theme.dim(),
+                    ),
                 ])
             }
             _ => Line::from(vec![
                 Span::raw(format!("{:>11} ", "")),
                 Span::styled(
-                    format!("{}  ... more calls (loading)", indent(depth as usize)),
+                    format!("{}  ... more calls (loading)", indent(depth, area.width)),
                     theme.dim(),
                 ),
             ]),
@@ -80,4 +96,19 @@ pub fn draw(f: &mut Frame, area: Rect, app: &mut App, theme: Theme) {
         });
     }
     f.render_widget(Paragraph::new(lines), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::indent;
+
+    #[test]
+    fn deep_rows_keep_room_for_the_name() {
+        assert_eq!(indent(3, 80), "      ");
+        assert_eq!(indent(22, 80).len(), 44);
+        assert_eq!(indent(23, 80), format!("{}[23] ", "  ".repeat(15)));
+        assert_eq!(indent(100_000, 80), format!("{}[100000] ", "  ".repeat(15)));
+        assert!(12 + indent(u32::MAX, 80).len() + 24 <= 80);
+        assert_eq!(indent(5, 10), "[5] ");
+    }
 }
