@@ -244,18 +244,53 @@ impl<'t> Events<'t> {
         // close at its last timed record, as in a whole-stream walk,
         // even when that record lies before `at`.
         e.sum.last_tsc = at.pos.tsc;
+        // A point inside a gap (some of its synthetic exits or entries
+        // already returned): the rest of them come first.
+        if at.pos.offset == 0
+            && let Some(&d) = trace.checked_chunk_depths(tid).get(at.pos.chunk as usize)
+            && d != at.depth
+        {
+            e.other(StreamItem::Gap {
+                tsc: at.pos.tsc,
+                depth: d,
+            });
+        }
         e
     }
 
     /// Where this walk stands, to resume it later with [`Events::resume`];
-    /// `None` while events are queued (around a gap) or at the end.
+    /// `None` at the end and while events other than a gap's synthetic
+    /// exits and entries are queued.
     pub fn resume_point(&self) -> Option<Resume> {
-        if !self.pending.is_empty() || self.fetched.is_some() || self.done {
+        if self.fetched.is_some() || self.done {
             return None;
         }
+        let mut pos = self.reader.position()?;
+        let mut depth = self.depth;
+        if !self.pending.is_empty() {
+            // Inside a gap, which is always in front of a chunk's first
+            // record: the depth the caller has seen, and the gap's TSC
+            // (the chunk's own base TSC is read from its header).
+            if pos.offset != 0 {
+                return None;
+            }
+            for ev in &self.pending {
+                match ev {
+                    Event::Enter { tsc, .. } => {
+                        depth -= 1;
+                        pos.tsc = *tsc;
+                    }
+                    Event::Exit { tsc, .. } => {
+                        depth += 1;
+                        pos.tsc = *tsc;
+                    }
+                    _ => return None,
+                }
+            }
+        }
         Some(Resume {
-            pos: self.reader.position()?,
-            depth: u32::try_from(self.depth).ok()?,
+            pos,
+            depth: u32::try_from(depth).ok()?,
         })
     }
 

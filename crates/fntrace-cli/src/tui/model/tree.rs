@@ -684,6 +684,57 @@ mod tests {
         }
     }
 
+    /// Damaged chunks (a bad header, a bad payload checksum, a cut file):
+    /// the lazy tree still equals the whole-stream walk, which closes
+    /// and reopens calls around the gaps.
+    #[test]
+    fn lazy_tree_on_damaged_traces() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.data");
+        for seed in 1..40u64 {
+            random_trace(&p, seed, 8_000, 2 + (seed as u32 * 5) % 30);
+            let mut bytes = std::fs::read(&p).unwrap();
+            let n = (bytes.len() - HEADER_SIZE as usize) / 256;
+            let mut r = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            for k in 0..3 {
+                r ^= r << 13;
+                r ^= r >> 7;
+                r ^= r << 17;
+                let c = 1 + (r as usize) % (n - 1);
+                let off = HEADER_SIZE as usize + c * 256;
+                match k {
+                    0 => bytes[off] ^= 0xff,            // header magic
+                    1 => bytes[off + 64 + 7] ^= 0x5a,   // payload (checksum fails)
+                    _ => bytes[off + 12] = bytes[off + 12].wrapping_add(3), // depth (header CRC fails)
+                }
+            }
+            if seed % 3 == 0 {
+                let cut = bytes.len() - 100;
+                bytes.truncate(cut);
+            }
+            std::fs::write(&p, &bytes).unwrap();
+            let trace = fntrace_format::Trace::open(&p).unwrap();
+            let index = Index::build(&trace, 2);
+            for (ti, th) in index.threads.iter().enumerate() {
+                let mut want = Collect(vec![]);
+                walk_thread(&trace, th.tid, &mut want);
+                let mut want = want.0;
+                want.sort_by_key(|&(_, d, s, _)| (s, d));
+                let mut t = Tree::new(&trace, &index.threads[ti]);
+                let got = expand_all(&mut t, 50);
+                if let Some(i) = (0..got.len().min(want.len())).find(|&i| got[i] != want[i]) {
+                    panic!(
+                        "seed {seed} tid {}: call {i}: got {:?}, want {:?}",
+                        th.tid,
+                        &got[i.saturating_sub(2)..(i + 3).min(got.len())],
+                        &want[i.saturating_sub(2)..(i + 3).min(want.len())]
+                    );
+                }
+                assert_eq!(got.len(), want.len(), "seed {seed} tid {}", th.tid);
+            }
+        }
+    }
+
     /// `find_next` reaches every call of a function in stream order,
     /// expanding its ancestors, and the slowest child is the longest.
     #[test]
