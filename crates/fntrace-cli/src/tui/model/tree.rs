@@ -139,7 +139,16 @@ pub struct Tree<'t> {
 impl<'t> Tree<'t> {
     /// The tree of thread `index.tid`, its outermost calls loaded.
     pub fn new(trace: &'t Trace, index: &'t ThreadIndex) -> Tree<'t> {
-        let start = index.chunk_start(trace, 0);
+        // The stream's start, at depth 0: a stream whose first chunks are
+        // missing starts with a gap (calls whose entry was lost, entered
+        // at the trace's start), as in a whole-stream walk.
+        let start = index.chunk_start(trace, 0).map(|r| Resume {
+            pos: fntrace_format::StreamPos {
+                tsc: trace.header().start_tsc,
+                ..r.pos
+            },
+            depth: 0,
+        });
         let mut t = Tree {
             trace,
             index,
@@ -703,8 +712,8 @@ mod tests {
                 let c = 1 + (r as usize) % (n - 1);
                 let off = HEADER_SIZE as usize + c * 256;
                 match k {
-                    0 => bytes[off] ^= 0xff,            // header magic
-                    1 => bytes[off + 64 + 7] ^= 0x5a,   // payload (checksum fails)
+                    0 => bytes[off] ^= 0xff,                                // header magic
+                    1 => bytes[off + 64 + 7] ^= 0x5a, // payload (checksum fails)
                     _ => bytes[off + 12] = bytes[off + 12].wrapping_add(3), // depth (header CRC fails)
                 }
             }
