@@ -78,8 +78,10 @@ pub fn run(out: &mut dyn Write, path: &Path, o: &Options) -> Result<()> {
         return Ok(());
     }
     app.start_report();
-    let mut term = ratatui::init();
+    // Raw mode, the alternate screen and a panic hook that restores
+    // them; the guard restores them on every return.
     let _restore = Restore;
+    let mut term = ratatui::try_init()?;
     loop {
         term.draw(|f| view::draw(f, &mut app, theme))?;
         if app.quit {
