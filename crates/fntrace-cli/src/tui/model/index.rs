@@ -4,6 +4,8 @@
 //! decoding only the chunk where the call starts and the first chunk that
 //! climbs back to its depth; everything in between is skipped unread.
 //! Chunks are decoded independently, in parallel, one worker per core.
+//! Each chunk also gets a small Bloom filter of the functions entered in
+//! it, so that a search skips the chunks that cannot hold a match.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -25,6 +27,32 @@ pub struct ChunkInfo {
     pub last_tsc: u64,
     /// Entry and exit events in it.
     pub events: u64,
+    /// Bloom filter (one hash, 256 bits) of the functions entered in it.
+    pub funcs: Bloom,
+}
+
+/// A set of functions that may give false positives, never false
+/// negatives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bloom([u64; 4]);
+
+impl Bloom {
+    /// Adds a function.
+    #[inline]
+    pub fn add(&mut self, func: u64) {
+        let b = (func.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize;
+        self.0[b / 64] |= 1 << (b % 64);
+    }
+
+    /// Whether the two sets may share a function.
+    pub fn meets(&self, other: &Bloom) -> bool {
+        self.0.iter().zip(other.0).any(|(a, b)| a & b != 0)
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; 4]
+    }
 }
 
 /// The index of one thread.
@@ -36,6 +64,8 @@ pub struct ThreadIndex {
     pub name: String,
     /// Its chunks in stream order.
     pub chunks: Vec<ChunkInfo>,
+    /// Every function entered on the thread, sorted.
+    pub funcs: Vec<u64>,
     /// Minimum of `min` over each run of [`BLOCK`] chunks.
     blocks: Vec<u32>,
 }
@@ -71,6 +101,12 @@ impl ThreadIndex {
         None
     }
 
+    /// The first chunk at or after `from` that may enter one of the
+    /// functions of `want`.
+    pub fn first_entering(&self, from: usize, want: &Bloom) -> Option<usize> {
+        (from..self.chunks.len()).find(|&i| self.chunks[i].funcs.meets(want))
+    }
+
     /// Where a walk of chunk `i` starts.
     pub fn chunk_start(&self, trace: &Trace, i: usize) -> Option<Resume> {
         let (pos, depth) = trace.chunk_start(self.tid, i)?;
@@ -90,6 +126,8 @@ pub struct Index {
 #[derive(Default)]
 struct Scan {
     info: ChunkInfo,
+    decoded: bool,
+    funcs: Vec<u64>,
     start_name: Option<String>,
     exit_name: Option<String>,
 }
@@ -100,6 +138,9 @@ fn scan_chunk(trace: &Trace, tid: u32, i: usize) -> Scan {
     };
     let mut r = trace.stream_at(tid, pos);
     r.stop_after_current();
+    // A chunk whose payload is unreadable (bad checksum) has no records:
+    // its last TSC is the previous chunk's, as for a whole-stream read.
+    let decoded = r.position().is_some();
     let mut s = Scan {
         info: ChunkInfo {
             depth,
@@ -107,6 +148,7 @@ fn scan_chunk(trace: &Trace, tid: u32, i: usize) -> Scan {
             first_tsc: u64::MAX,
             last_tsc: 0,
             events: 0,
+            funcs: Bloom::default(),
         },
         ..Scan::default()
     };
@@ -115,11 +157,18 @@ fn scan_chunk(trace: &Trace, tid: u32, i: usize) -> Scan {
         s.info.first_tsc = s.info.first_tsc.min(tsc);
         s.info.last_tsc = s.info.last_tsc.max(tsc);
     };
+    let mut seen: rustc_hash::FxHashSet<u64> = Default::default();
+    let mut last = 0;
     // Depth as `analysis::Events` counts it: an exit at depth 0 has no
     // entry and is ignored.
     while let Some(it) = r.next_fast() {
         match it {
-            FastItem::Entry { tsc, .. } => {
+            FastItem::Entry { tsc, func } => {
+                if func != last {
+                    last = func;
+                    s.info.funcs.add(func);
+                    seen.insert(func);
+                }
                 d += 1;
                 s.info.events += 1;
                 see(&mut s, tsc);
@@ -146,6 +195,8 @@ fn scan_chunk(trace: &Trace, tid: u32, i: usize) -> Scan {
             },
         }
     }
+    s.funcs = seen.into_iter().collect();
+    s.decoded = decoded;
     if s.info.first_tsc == u64::MAX {
         s.info.first_tsc = pos.tsc;
         s.info.last_tsc = pos.tsc;
@@ -199,6 +250,7 @@ impl Index {
             })
             .collect();
         let mut exit_names: Vec<Option<String>> = vec![None; tids.len()];
+        let mut funcs: Vec<rustc_hash::FxHashSet<u64>> = vec![Default::default(); tids.len()];
         for (&(t, _, _), s) in jobs.iter().zip(scans) {
             let s = s.unwrap_or_default();
             let th = &mut threads[t];
@@ -210,12 +262,23 @@ impl Index {
             if s.exit_name.is_some() {
                 exit_names[t] = s.exit_name;
             }
-            th.chunks.push(s.info);
+            funcs[t].extend(s.funcs);
+            let mut info = s.info;
+            if !s.decoded
+                && let Some(p) = th.chunks.last()
+            {
+                info.first_tsc = p.last_tsc;
+                info.last_tsc = p.last_tsc;
+            }
+            th.chunks.push(info);
         }
-        for (th, n) in threads.iter_mut().zip(exit_names) {
+        for ((th, n), f) in threads.iter_mut().zip(exit_names).zip(funcs) {
+            th.funcs = f.into_iter().collect();
             if let Some(n) = n {
                 th.name = n;
             }
+            th.funcs.sort_unstable();
+            th.funcs.dedup();
             th.blocks = th
                 .chunks
                 .chunks(BLOCK)

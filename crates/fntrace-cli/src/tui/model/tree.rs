@@ -6,7 +6,7 @@
 
 use fntrace_format::Trace;
 
-use super::index::ThreadIndex;
+use super::index::{Bloom, ThreadIndex};
 use crate::analysis::{Event, Events, Resume};
 
 /// Index of a node in the tree's arena; [`ROOT`] is the thread itself.
@@ -114,13 +114,6 @@ pub enum Row {
     Node(NodeId),
     /// "More calls" after the loaded children of this node.
     More(NodeId),
-}
-
-/// An open call met while scanning for the next matching call.
-struct Frame {
-    func: u64,
-    start: u64,
-    after: Option<Resume>,
 }
 
 /// One thread's tree.
@@ -459,96 +452,125 @@ impl<'t> Tree<'t> {
 
     /// The next call after node `from` in the order of the stream (its
     /// descendants first) whose function `pred` accepts; expands its
-    /// ancestors and selects it. `Err` says why there is none.
+    /// ancestors and selects it. Only the chunks whose functions may
+    /// match are decoded. `Err` says why there is none.
     pub fn find_next(
         &mut self,
         from: NodeId,
         pred: &mut dyn FnMut(u64) -> bool,
     ) -> Result<NodeId, String> {
-        // The known open calls: `from` and its ancestors, outermost first.
-        let mut known = vec![];
-        let mut p = from;
-        while p != ROOT {
-            known.push(p);
-            p = self.nodes[p].parent;
+        let matching: rustc_hash::FxHashSet<u64> = self
+            .index
+            .funcs
+            .iter()
+            .copied()
+            .filter(|&f| pred(f))
+            .collect();
+        let mut want = Bloom::default();
+        for &f in &matching {
+            want.add(f);
         }
-        known.reverse();
+        if want.is_empty() {
+            return Err("no call on this thread matches".into());
+        }
         let start = match self.nodes[from].call().and_then(|c| c.after) {
             Some(r) => r,
             None => return Err("the selected call has no position in the stream".into()),
         };
-        let mut ev = Events::resume(self.trace, self.index.tid, start);
-        let mut open_known = known.len();
-        let mut frames: Vec<Frame> = vec![];
-        let found = loop {
+        let tid = self.index.tid;
+        let mut ev = Events::resume(self.trace, tid, start);
+        let mut loaded = ev.chunks_loaded();
+        let target = loop {
             match ev.next() {
                 None => return Err("no later call matches".into()),
-                Some(Event::Enter { func, tsc, .. }) => {
-                    let f = Frame {
-                        func,
-                        start: tsc,
-                        after: ev.resume_point(),
-                    };
-                    if func != 0 && pred(func) {
-                        frames.push(f);
-                        break frames;
-                    }
-                    frames.push(f);
-                }
-                Some(Event::Exit { .. }) => {
-                    if frames.pop().is_none() {
-                        open_known = open_known.saturating_sub(1);
-                    }
+                Some(Event::Enter { func, tsc, depth }) if matching.contains(&func) => {
+                    break (ev.resume_point(), tsc, func, depth as u32);
                 }
                 Some(_) => {}
             }
-        };
-        let mut parent = if open_known == 0 {
-            ROOT
-        } else {
-            known[open_known - 1]
-        };
-        for f in &found {
-            parent = self.find_child(parent, f)?;
-        }
-        let mut a = self.nodes[parent].parent;
-        while a != ROOT {
-            self.nodes[a].expanded = true;
-            a = self.nodes[a].parent;
-        }
-        self.rebuild();
-        self.select(parent);
-        Ok(parent)
-    }
-
-    /// The child of `parent` entered as `f`, loading pages until it is.
-    fn find_child(&mut self, parent: NodeId, f: &Frame) -> Result<NodeId, String> {
-        let mut searched = 0;
-        if self.nodes[parent].loaded == Loaded::No {
-            self.load(parent, PAGE);
-        }
-        self.nodes[parent].expanded = true;
-        loop {
-            let kids = &self.nodes[parent].children;
-            for &c in &kids[searched..] {
-                if let Some(k) = self.nodes[c].call()
-                    && k.start == f.start
-                    && k.func == f.func
-                    && (k.after == f.after || k.after.is_none() || f.after.is_none())
-                {
-                    return Ok(c);
+            if ev.chunks_loaded() != loaded {
+                loaded = ev.chunks_loaded();
+                let c = loaded - 1;
+                match self.index.first_entering(c, &want) {
+                    Some(j) if j == c => {}
+                    Some(j) => {
+                        let Some(r) = self.index.chunk_start(self.trace, j) else {
+                            return Err("no later call matches".into());
+                        };
+                        ev = Events::resume(self.trace, tid, r);
+                        loaded = ev.chunks_loaded();
+                    }
+                    None => return Err("no later call matches".into()),
                 }
             }
-            searched = kids.len();
-            if !matches!(self.nodes[parent].loaded, Loaded::Partial(_)) {
+        };
+        self.reveal(target)
+    }
+
+    /// Loads and expands the calls that hold the call entered at
+    /// `(after, tsc, func, depth)`, from the outermost down, and selects
+    /// it.
+    fn reveal(&mut self, target: (Option<Resume>, u64, u64, u32)) -> Result<NodeId, String> {
+        let (after, tsc, func, depth) = target;
+        // Order of entries in the stream: position after the entry (the
+        // depth tells apart calls entered in one gap), else the TSC.
+        let key = |a: Option<Resume>, t: u64, d: u32| match a {
+            Some(r) => (r.pos.chunk, r.pos.offset, d, t),
+            None => (u32::MAX, u32::MAX, d, t),
+        };
+        let want = key(after, tsc, depth);
+        let mut parent = ROOT;
+        loop {
+            if self.nodes[parent].loaded == Loaded::No {
+                self.load(parent, PAGE);
+            }
+            // Load until a loaded child comes after the target (or all
+            // are loaded).
+            loop {
+                let last = self.nodes[parent].children.iter().rev().find_map(|&c| {
+                    self.nodes[c]
+                        .call()
+                        .map(|k| (k.after, k.start, self.nodes[c].depth))
+                });
+                let past = last.is_some_and(|(a, t, d)| key(a, t, d) > want);
+                if past || !matches!(self.nodes[parent].loaded, Loaded::Partial(_)) {
+                    break;
+                }
+                if self.nodes[parent].children.len() >= MAX_CHILDREN {
+                    return Err(format!(
+                        "the call comes after more than {MAX_CHILDREN} calls of its parent"
+                    ));
+                }
+                self.load(parent, 10 * PAGE);
+            }
+            let holder = self.nodes[parent]
+                .children
+                .iter()
+                .copied()
+                .filter(|&c| {
+                    let n = &self.nodes[c];
+                    n.call()
+                        .is_some_and(|k| key(k.after, k.start, n.depth) <= want)
+                })
+                .next_back();
+            let Some(c) = holder else {
+                return Err("the call was not found in its parent".into());
+            };
+            let k = self.nodes[c].call().expect("a call");
+            if key(k.after, k.start, self.nodes[c].depth) == want && k.func == func {
+                let mut a = parent;
+                while a != ROOT {
+                    self.nodes[a].expanded = true;
+                    a = self.nodes[a].parent;
+                }
+                self.rebuild();
+                self.select(c);
+                return Ok(c);
+            }
+            if self.nodes[c].depth >= depth {
                 return Err("the call was not found in its parent".into());
             }
-            if searched >= MAX_CHILDREN {
-                return Err(format!(
-                    "the call comes after more than {MAX_CHILDREN} calls of its parent"
-                ));
-            }
-            self.load(parent, 10 * PAGE);
+            parent = c;
         }
     }
 }
@@ -595,7 +617,7 @@ mod tests {
                 ..ChunkHeader::default()
             };
             let mut c = b.new_chunk(&hdr(seq, depth, tsc));
-            let mut i = 0;
+            let (mut i, mut entries) = (0, 0);
             while i < events {
                 let r = next();
                 let d = 1 + (r & 7);
@@ -603,11 +625,13 @@ mod tests {
                 // a target that changes slowly.
                 let goal = ((i / 300) as u32 * 7) % max_depth + 1;
                 let enter = depth == 0 || (depth < max_depth && (depth < goal) == (r & 0x30 != 0));
-                let ok = if enter {
-                    c.entry(d, 0x10 + (r >> 8) % 4)
+                // A rare function (0x99) in a few chunks only.
+                let func = if entries % 600 == 17 {
+                    0x99
                 } else {
-                    c.exit(d)
+                    0x10 + (r >> 8) % 4
                 };
+                let ok = if enter { c.entry(d, func) } else { c.exit(d) };
                 if !ok {
                     c.seal();
                     b.push_chunk(&c);
@@ -618,6 +642,7 @@ mod tests {
                 tsc += d;
                 if enter {
                     depth += 1;
+                    entries += 1;
                 } else {
                     depth -= 1;
                 }
@@ -757,22 +782,33 @@ mod tests {
         walk_thread(&trace, 5, &mut want);
         let mut want = want.0;
         want.sort_by_key(|&(_, d, s, _)| (s, d));
-        let calls_of_0x11: Vec<_> = want.iter().filter(|c| c.0 == 0x11).collect();
         let mut t = Tree::new(&trace, &index.threads[0]);
-        let mut cur = t.nodes[ROOT].children[0];
-        let first = t.nodes[cur].call().unwrap().clone();
-        let mut seen = vec![];
-        if first.func == 0x11 {
-            seen.push(first.start);
+        for f in [0x11, 0x99] {
+            let calls: Vec<u64> = want.iter().filter(|c| c.0 == f).map(|c| c.2).collect();
+            let mut cur = t.nodes[ROOT].children[0];
+            let first = t.nodes[cur].call().unwrap().clone();
+            let mut seen = vec![];
+            if first.func == f {
+                seen.push(first.start);
+            }
+            while let Ok(id) = t.find_next(cur, &mut |g| g == f) {
+                let c = t.nodes[id].call().unwrap();
+                assert_eq!(c.func, f);
+                seen.push(c.start);
+                assert_eq!(t.selected(), Some(id), "the match is selected");
+                cur = id;
+            }
+            assert_eq!(seen, calls, "calls of {f:#x}");
+            if f == 0x99 {
+                assert!(calls.len() >= 3, "{}", calls.len());
+                // Most chunks cannot hold it.
+                let th = &index.threads[0];
+                let mut b = Bloom::default();
+                b.add(0x99);
+                let with = th.chunks.iter().filter(|c| c.funcs.meets(&b)).count();
+                assert!(with * 4 < th.chunks.len(), "{with} of {}", th.chunks.len());
+            }
         }
-        while let Ok(id) = t.find_next(cur, &mut |f| f == 0x11) {
-            let c = t.nodes[id].call().unwrap();
-            seen.push(c.start);
-            assert_eq!(t.selected(), Some(id), "the match is selected");
-            cur = id;
-        }
-        let want_starts: Vec<u64> = calls_of_0x11.iter().map(|c| c.2).collect();
-        assert_eq!(seen, want_starts);
         // Slowest child of the first outermost call.
         let root0 = t.nodes[ROOT].children[0];
         let s = t.slowest_child(root0).unwrap();
