@@ -543,16 +543,11 @@ impl<'t> Tree<'t> {
                 }
                 self.load(parent, 10 * PAGE);
             }
-            let holder = self.nodes[parent]
-                .children
-                .iter()
-                .copied()
-                .filter(|&c| {
-                    let n = &self.nodes[c];
-                    n.call()
-                        .is_some_and(|k| key(k.after, k.start, n.depth) <= want)
-                })
-                .next_back();
+            let holder = self.nodes[parent].children.iter().copied().rfind(|&c| {
+                let n = &self.nodes[c];
+                n.call()
+                    .is_some_and(|k| key(k.after, k.start, n.depth) <= want)
+            });
             let Some(c) = holder else {
                 return Err("the call was not found in its parent".into());
             };
