@@ -635,7 +635,14 @@ fn search_values_and_markers() {
     t.keys(&["/"]);
     t.text("(");
     t.keys(&["Enter"]);
-    t.wait_for("bad regular expression");
+    let s = t.wait_for("bad regular expression");
+    assert!(
+        s.lines()
+            .last()
+            .unwrap()
+            .contains("bad regular expression: unclosed group"),
+        "{s}"
+    );
     t.keys(&["q"]);
 }
 

@@ -292,7 +292,7 @@ impl<'t> App<'t> {
                     self.report_cursor = 0;
                     self.report_top = 0;
                 }
-                Err(e) => self.message = Some(format!("bad regular expression: {e}")),
+                Err(e) => self.message = Some(bad_regex(&e)),
             }
             return;
         }
@@ -303,7 +303,7 @@ impl<'t> App<'t> {
                 self.view = View::Tree;
                 self.next_match();
             }
-            Err(e) => self.message = Some(format!("bad regular expression: {e}")),
+            Err(e) => self.message = Some(bad_regex(&e)),
         }
     }
 
@@ -320,8 +320,7 @@ impl<'t> App<'t> {
         let sym = &mut self.sym;
         let matches = &mut self.matches;
         let mut pred = |f: u64| *matches.entry(f).or_insert_with(|| re.is_match(sym.name(f)));
-        // From the selection, or from the first call when the first call
-        // itself matches the search.
+        // Forward from the selected call.
         let from = tree.selected();
         let r = match from {
             Some(id) if tree.node(id).call().is_some() => tree.find_next(id, &mut pred).map(|_| ()),
@@ -545,6 +544,17 @@ impl<'t> App<'t> {
             Kind::Marker { name, text, .. } => format!("/* marker {name} {text} */"),
         }
     }
+}
+
+/// A regex error on one line (its message has several: the pattern, a
+/// caret, then the problem).
+fn bad_regex(e: &regex::Error) -> String {
+    let text = e.to_string();
+    let why = text.lines().last().unwrap_or_default().trim();
+    format!(
+        "bad regular expression: {}",
+        why.trim_start_matches("error: ")
+    )
 }
 
 fn scroll(p: &mut TextPane, a: Action, page: usize) {
