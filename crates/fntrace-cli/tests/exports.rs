@@ -132,7 +132,7 @@ fn folded_flamegraph_graph_and_diff() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<?xml") && svg.contains("<svg") && svg.contains(">fib<"));
     // graph: backtrace main → fib, callee tree with the call counts.
-    let g = fntrace_ok(&["graph", "fib", &s(&a), "--depth", "3"]);
+    let g = fntrace_ok(&["graph", "fib", &s(&a), "--levels", "3"]);
     assert!(g.contains("[0] main") && g.contains("[1] fib"), "{g}");
     let tree: Vec<&str> = g
         .lines()
@@ -899,14 +899,267 @@ fn exports_select_the_calls_replay_shows() {
             "{l}"
         );
     }
-    // A format without selections refuses them in one line, leaving no file.
-    let html = d.path().join("t.html");
+    // A --count trace has no calls to select: gmon says so in one line.
+    let counted = d.path().join("c.data");
+    fntrace_ok(&[
+        "record",
+        "--count",
+        "-o",
+        &s(&counted),
+        "--",
+        &s(&bin),
+        "threads",
+    ]);
+    let gmon = d.path().join("c.gmon");
     let r = Command::new(fntrace())
-        .args(["export", &s(&data), "--format", "html", "--tid", &tid, "-o"])
-        .arg(&html)
+        .args([
+            "export",
+            &s(&counted),
+            "--format",
+            "gmon",
+            "--tid",
+            &tid,
+            "-o",
+        ])
+        .arg(&gmon)
         .output()
         .unwrap();
     assert!(!r.status.success());
-    assert_eq!(String::from_utf8_lossy(&r.stderr).lines().count(), 1);
-    assert!(!html.exists());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--count"), "{err}");
+    assert!(!gmon.exists());
+}
+
+/// The caller of each replay slice of one thread (by depth), and whether
+/// a call of the same function is among its callers.
+fn replay_parents(slices: &[ReplaySlice]) -> Vec<(Option<usize>, bool)> {
+    let mut stack: Vec<usize> = vec![];
+    let mut out: Vec<(Option<usize>, bool)> = vec![];
+    for (i, s) in slices.iter().enumerate() {
+        stack.truncate(s.depth);
+        let p = stack.last().copied();
+        let recursive = stack.iter().any(|&a| slices[a].name == s.name);
+        out.push((p, recursive));
+        stack.push(i);
+    }
+    out
+}
+
+/// The "called" field gprof prints for `func` in its call graph (none
+/// when gprof has no entry for it).
+fn gprof_called(bin: &Path, gmon: &Path, func: &str) -> Option<String> {
+    let out = Command::new("gprof")
+        .args(["-b", "-q"])
+        .arg(bin)
+        .arg(gmon)
+        .output()
+        .expect("gprof (binutils) is required");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('[') && l.contains(&format!(" {func} [")))?;
+    // "[1]  0.0  0.00  0.00  1+21890  fib [1]": the field before the name.
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let i = fields.iter().position(|f| *f == func).unwrap();
+    Some(fields[i - 1].to_string())
+}
+
+/// The slices of an llvm-xray log as `llvm-xray convert` reads them
+/// (trace-event output, symbolized): per thread, in order of entry,
+/// (name, depth, duration in ns).
+fn xray_slices(bin: &Path, log: &Path) -> HashMap<u64, Vec<(String, usize, f64)>> {
+    let out = Command::new("llvm-xray")
+        .arg("convert")
+        .arg(format!("-instr_map={}", bin.display()))
+        .args(["-output-format=trace_event", "-symbolize"])
+        .arg(log)
+        .output()
+        .expect("llvm-xray is required");
+    assert!(
+        out.status.success(),
+        "llvm-xray convert: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut per: HashMap<u64, Vec<(String, usize, f64)>> = HashMap::new();
+    let mut open: HashMap<u64, Vec<(usize, f64)>> = HashMap::new();
+    for e in v["traceEvents"].as_array().unwrap() {
+        let tid: u64 = e["tid"].as_str().unwrap().parse().unwrap();
+        let ts: f64 = e["ts"].as_str().unwrap().parse::<f64>().unwrap() * 1e3;
+        let slices = per.entry(tid).or_default();
+        let stack = open.entry(tid).or_default();
+        match e["ph"].as_str().unwrap() {
+            "B" => {
+                stack.push((slices.len(), ts));
+                let name = e["name"].as_str().unwrap().to_string();
+                slices.push((name, stack.len() - 1, 0.0));
+            }
+            "E" => {
+                let (i, start) = stack.pop().expect("an E without its B");
+                slices[i].2 = ts - start;
+            }
+            ph => panic!("phase {ph}"),
+        }
+    }
+    assert!(open.values().all(|s| s.is_empty()), "calls left open");
+    per
+}
+
+/// `gmon`, `xray`, `graph` (and the counts of `html`) with a selection
+/// hold the calls `replay` shows with the same selection: llvm-xray reads
+/// the selected entries and exits back as the same slices (names,
+/// nesting, durations), gprof reads the arcs between selected calls, and
+/// `graph` counts the selected calls of its function.
+#[test]
+fn gmon_xray_and_graph_select_the_calls_replay_shows() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = d.path().join("threads-xray");
+    let st = Command::new("clang-14")
+        .args([
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-Wno-unknown-attributes",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+        ])
+        .arg(&bin)
+        .arg(THREADS)
+        .arg("-lpthread")
+        .status()
+        .expect("clang-14 is required");
+    assert!(st.success());
+    let data = d.path().join("t.data");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    fntrace_ok(&["record", "-o", &s(&data), "--", &s(&bin), "threads"]);
+    let all = replay_slices(&data, &[]);
+    let all_n: usize = all.values().map(|v| v.len()).sum();
+    let worker_tid = all
+        .iter()
+        .find(|(_, v)| v[0].name == "worker")
+        .map(|(t, _)| t.to_string())
+        .unwrap();
+    let tid = worker_tid.as_str();
+    let cases: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["--tid", tid],
+        vec!["--filter", "worker", "--depth", "3"],
+        vec!["--filter", "^fib$", "--depth", "2"],
+        vec!["--threshold", "2us"],
+        vec!["--tid", tid, "--threshold", "500ns", "-D", "4"],
+    ];
+    let (data_s, log, gmon) = (s(&data), d.path().join("x.log"), d.path().join("g.out"));
+    let (log_s, gmon_s) = (s(&log), s(&gmon));
+    for case in &cases {
+        let want = replay_slices(&data, case);
+        let n: usize = want.values().map(|v| v.len()).sum();
+        assert!(
+            n > 0 && (case.is_empty() || n < all_n),
+            "{case:?}: {n} of {all_n}"
+        );
+        // XRay: the same slices, read back by llvm-xray.
+        let mut args = vec!["export", &data_s, "--format", "xray", "-o", &log_s];
+        args.extend(case);
+        fntrace_ok(&args);
+        let got = xray_slices(&bin, &log);
+        let mut wt: Vec<_> = want.keys().collect();
+        let mut gt: Vec<_> = got.keys().collect();
+        wt.sort();
+        gt.sort();
+        assert_eq!(gt, wt, "{case:?}: threads");
+        for (tid, w) in &want {
+            let g = &got[tid];
+            assert_eq!(g.len(), w.len(), "{case:?}: calls of {tid}");
+            for (w, g) in w.iter().zip(g) {
+                assert_eq!((&g.0, g.1), (&w.name, w.depth), "{case:?} on {tid}");
+                assert!(
+                    (g.2 - w.dur as f64).abs() <= (w.resolution + 2) as f64,
+                    "{case:?}: {} on {tid}: {} ns, replay {} ns",
+                    w.name,
+                    g.2,
+                    w.dur
+                );
+            }
+        }
+        let acc = Command::new("llvm-xray")
+            .arg("account")
+            .arg(format!("-instr_map={}", bin.display()))
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert!(acc.status.success(), "llvm-xray account {case:?}");
+        // gmon: gprof's calls of fib are the arcs between selected calls
+        // (from another function + from fib itself).
+        let mut args = vec!["export", &data_s, "--format", "gmon", "-o", &gmon_s];
+        args.extend(case);
+        fntrace_ok(&args);
+        let (mut from_other, mut from_fib) = (0, 0);
+        for w in want.values() {
+            for (sl, (p, _)) in w.iter().zip(replay_parents(w)) {
+                match p {
+                    Some(p) if sl.name == "fib" && w[p].name == "fib" => from_fib += 1,
+                    Some(_) if sl.name == "fib" => from_other += 1,
+                    _ => {}
+                }
+            }
+        }
+        let expect = match (from_other, from_fib) {
+            (0, 0) => None,
+            (a, 0) => Some(a.to_string()),
+            (a, b) => Some(format!("{a}+{b}")),
+        };
+        assert_eq!(gprof_called(&bin, &gmon, "fib"), expect, "gmon {case:?}");
+        // graph fib --levels 2: calls of fib with no fib above them, and
+        // of fib right below those.
+        let mut args = vec!["graph", "fib", &data_s, "--levels", "2"];
+        args.extend(case);
+        let (mut roots, mut below) = (0u64, 0u64);
+        for w in want.values() {
+            let ps = replay_parents(w);
+            for (i, sl) in w.iter().enumerate() {
+                if sl.name != "fib" {
+                    continue;
+                }
+                if !ps[i].1 {
+                    roots += 1;
+                } else if let Some(p) = ps[i].0
+                    && w[p].name == "fib"
+                    && !ps[p].1
+                {
+                    below += 1;
+                }
+            }
+        }
+        let g = fntrace_ok(&args);
+        let rows: Vec<Vec<&str>> = g
+            .lines()
+            .skip_while(|l| !l.contains("CALL GRAPH"))
+            .skip(2)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows[0][3], "fib", "{g}");
+        assert_eq!(rows[0][2], roots.to_string(), "graph {case:?}: {g}");
+        if below > 0 {
+            assert_eq!(rows[1][3], "+-fib", "{g}");
+            assert_eq!(rows[1][2], below.to_string(), "graph {case:?}: {g}");
+        } else {
+            assert_eq!(rows.len(), 1, "graph {case:?}: {g}");
+        }
+    }
+    // graph's -D is the selection's depth: fib is not among the outermost
+    // calls, and the error says where the callee levels went.
+    let r = Command::new(fntrace())
+        .args(["graph", "fib", &data_s, "-D", "1"])
+        .output()
+        .unwrap();
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--levels"), "{err}");
 }

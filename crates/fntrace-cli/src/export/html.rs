@@ -36,12 +36,16 @@ fn esc(s: &str) -> String {
 
 /// Writes one self-contained offline HTML page: summary, the top functions
 /// table, the flame graph, and an expandable call tree.
-pub fn write_html(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
+pub fn write_html(
+    out: &mut dyn Write,
+    trace: &Trace,
+    sel: &crate::select::Selection,
+) -> io::Result<()> {
     use crate::graph::CallGraph;
-    use crate::report::{SortKey, report_rows};
+    use crate::report::SortKey;
     let meta = trace.metadata();
     let clock = Clock::of(trace);
-    let rows = report_rows(trace, false, SortKey::Total);
+    let rows = crate::report::report_rows_and_markers(trace, false, SortKey::Total, sel).0;
     let calls: u64 = rows.iter().map(|r| r.calls).sum();
     let title = meta
         .process
@@ -49,12 +53,7 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
         .map(|p| p.args.join(" "))
         .unwrap_or_else(|| trace.path().display().to_string());
     let mut svg = Vec::new();
-    write_flamegraph(
-        &mut svg,
-        trace,
-        &title,
-        &crate::select::Selection::default(),
-    )?;
+    write_flamegraph(&mut svg, trace, &title, sel)?;
     let h = trace.header();
     let duration = trace
         .final_block()
@@ -113,6 +112,7 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
     let g = CallGraph::build(
         trace,
         &crate::analysis::NamePattern::new(".*").expect("valid"),
+        sel,
     );
     g.write_html_tree(out, trace, 40)?;
     writeln!(
