@@ -323,7 +323,8 @@ pub fn write_graph(
 
 impl CallGraph {
     /// Writes the callee trees as nested `<details>` elements (children by
-    /// total time, at most `depth` levels).
+    /// total time, at most `depth` levels), names shortened with the full
+    /// name on hover.
     pub fn write_html_tree(
         &self,
         out: &mut dyn Write,
@@ -341,13 +342,18 @@ impl CallGraph {
             left: usize,
         ) -> io::Result<()> {
             let x = &g.nodes[n];
-            let name = sym
-                .name(x.func)
-                .replace('&', "&amp;")
-                .replace('<', "&lt;")
-                .replace('>', "&gt;");
+            let esc = |s: &str| {
+                s.replace('&', "&amp;")
+                    .replace('<', "&lt;")
+                    .replace('>', "&gt;")
+                    .replace('"', "&quot;")
+            };
+            let full = sym.name(x.func);
+            let short = crate::export::html::short_name(full);
             let label = format!(
-                "{name} <span class=\"dim\">{} in {} calls</span>",
+                "<span title=\"{}\">{}</span> <span class=\"dim n\">{} in {} calls</span>",
+                esc(full),
+                esc(&short),
                 fmt_ns(clock.ns(x.total)),
                 x.calls
             );
