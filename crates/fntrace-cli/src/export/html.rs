@@ -483,7 +483,7 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
         .sum();
     if pruned > 0 {
         notes.push(format!(
-            "The flame graphs leave out {pruned} call paths with less than 1/{FLAME_MIN_PART} \
+            "The flame graphs leave out {pruned} call path(s) with less than 1/{FLAME_MIN_PART} \
              of their thread's time."
         ));
     }

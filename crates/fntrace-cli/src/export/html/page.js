@@ -7,7 +7,10 @@
 // also lists every embedded call in <pre id="selftest"> (used by tests).
 "use strict";
 (function () {
-  const D = JSON.parse(document.getElementById("data").textContent);
+  const dataEl = document.getElementById("data");
+  const D = JSON.parse(dataEl.textContent);
+  // The text is not needed any more (and would make the DOM huge).
+  dataEl.remove();
   const b64 = (s, T) => {
     const bin = atob(s);
     const u = new Uint8Array(bin.length);
@@ -502,5 +505,6 @@
     document.body.appendChild(pre);
   }
   document.body.dataset.loadMs = performance.now().toFixed(0);
+  console.log("fntrace: drawn " + document.body.dataset.loadMs + " ms after navigation start");
   document.body.dataset.drawn = "1";
 })();
