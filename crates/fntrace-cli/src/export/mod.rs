@@ -44,8 +44,8 @@ pub enum ExportFormat {
     Folded,
     /// A flame graph (SVG), of the same stacks.
     Flamegraph,
-    /// One self-contained HTML page: summary, flame graph, top functions,
-    /// call tree.
+    /// One self-contained offline HTML page: summary, per-thread timeline,
+    /// flame graph per thread, top functions, call tree.
     Html,
 }
 
