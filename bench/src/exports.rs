@@ -184,7 +184,10 @@ pub fn run(
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "Export speed, best of {reps}; load average {}",
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     println!();
     println!(

@@ -179,9 +179,26 @@ struct ThreadData {
     flame: Vec<FlameNode>,
 }
 
-/// log2 bucket of a duration in ticks (0 for 0).
+/// Buckets of durations: four per power of two (a quarter-octave
+/// cut-off keeps at least 80% of the cap), growing with the duration.
+const BUCKETS: usize = 256;
+
+/// The bucket of a duration in ticks.
 fn bucket(ticks: u64) -> usize {
-    (64 - ticks.leading_zeros()) as usize
+    if ticks < 4 {
+        return ticks as usize;
+    }
+    let l = 63 - ticks.leading_zeros() as usize;
+    4 * (l - 1) + ((ticks >> (l - 2)) & 3) as usize
+}
+
+/// The shortest duration in ticks of bucket `b` (and of every later one).
+fn bucket_start(b: usize) -> u64 {
+    if b < 4 {
+        return b as u64;
+    }
+    let (l, f) = (b / 4 + 1, (b % 4) as u64);
+    (4 + f) << (l - 2)
 }
 
 /// Collects the page's data of the selected calls, keeping at most
@@ -191,10 +208,10 @@ struct Collector<'t> {
     names: Vec<String>,
     name_of: HashMap<u64, u32>,
     marker_names: HashMap<String, u32>,
-    /// Slices kept per log2 bucket of their duration.
-    hist: [usize; 65],
+    /// Slices kept per bucket of their duration.
+    hist: [usize; BUCKETS],
     kept: usize,
-    /// Slices shorter than 2^(min_bucket-1) ticks are left out.
+    /// Slices shorter than `bucket_start(min_bucket)` ticks are left out.
     min_bucket: usize,
     markers: usize,
     dropped_markers: u64,
@@ -247,7 +264,6 @@ impl Collector<'_> {
         // Open calls: (name, entry, flame node).
         let mut stack: Vec<(u32, u64, u32)> = vec![];
         let mut events = SelectedEvents::new(trace, tid, sel);
-        let (mut first, mut last) = (u64::MAX, 0u64);
         for ev in events.by_ref() {
             match ev {
                 Event::Enter { func, tsc, .. } => {
@@ -268,14 +284,12 @@ impl Collector<'_> {
                         })
                     };
                     stack.push((name, tsc, node));
-                    first = first.min(tsc);
                 }
                 Event::Exit { tsc, .. } => {
                     let Some((name, start, node)) = stack.pop() else {
                         continue;
                     };
                     let dur = tsc.saturating_sub(start);
-                    last = last.max(tsc);
                     t.calls += 1;
                     let n = &mut t.flame[node as usize];
                     // A call cut at the flame depth counts in its ancestor.
@@ -326,7 +340,6 @@ impl Collector<'_> {
                 Event::Args(_) | Event::RetVal(_) => {}
             }
         }
-        let _ = (first, last);
         t.name = events.into_summary().name;
         self.threads.push(t);
     }
@@ -421,7 +434,7 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
         names: vec![],
         name_of: HashMap::default(),
         marker_names: HashMap::default(),
-        hist: [0; 65],
+        hist: [0; BUCKETS],
         kept: 0,
         min_bucket: 0,
         markers: 0,
@@ -447,8 +460,8 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
     }
     let mut notes: Vec<String> = vec![];
     let selected_calls: u64 = c.threads.iter().map(|t| t.calls).sum();
-    if c.min_bucket > 1 {
-        let cut = 1u64 << (c.min_bucket - 1);
+    if c.min_bucket > 0 {
+        let cut = bucket_start(c.min_bucket);
         notes.push(format!(
             "The timeline shows the {} longest of {} calls: those of at least {} \
              (shorter calls are in the flame graph and the tables; select fewer calls, \
@@ -611,6 +624,18 @@ fn describe(sel: &Selection) -> String {
 #[cfg(test)]
 mod tests {
     use super::short_name;
+
+    #[test]
+    fn buckets_grow_with_the_duration_and_start_where_they_say() {
+        let mut last = 0;
+        for t in 0..100_000u64 {
+            let b = super::bucket(t);
+            assert!(b >= last && b <= last + 1, "{t}");
+            assert!(super::bucket_start(b) <= t && super::bucket(super::bucket_start(b)) == b);
+            last = b;
+        }
+        assert!(super::bucket(u64::MAX) < super::BUCKETS);
+    }
 
     #[test]
     fn short_names() {
