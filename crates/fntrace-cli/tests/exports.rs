@@ -1294,6 +1294,34 @@ fn html_page_timeline_lanes_and_flame_graph_in_headless_chromium() {
                 );
             }
         }
+        // The wheel zoomed in around the middle, D panned right; the flame
+        // graph of each thread has its outermost calls, all threads their sum.
+        let view: Vec<f64> = attr(&dom, "data-selftest-view")
+            .unwrap()
+            .split(' ')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert!(
+            view[1] < view[0] * 0.6 && view[2] > 0.0,
+            "{case:?}: view {view:?}"
+        );
+        let roots: Vec<usize> = attr(&dom, "data-selftest-flame")
+            .unwrap()
+            .split(' ')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(roots.len(), ls.len() + 1, "{case:?}");
+        for (l, &n) in ls.iter().zip(&roots[1..]) {
+            let outer = want
+                .get(&l.0)
+                .map_or(0, |w| w.iter().filter(|s| s.depth == 0).count());
+            assert_eq!(n, outer, "{case:?}: flame graph of {}", l.0);
+        }
+        assert_eq!(
+            roots[0],
+            roots[1..].iter().sum::<usize>(),
+            "{case:?}: all threads"
+        );
         let page_n: usize = got.values().map(|v| v.len()).sum();
         let want_n: usize = want.values().map(|v| v.len()).sum();
         assert_eq!(page_n, want_n, "{case:?}");

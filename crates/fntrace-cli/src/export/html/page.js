@@ -499,6 +499,33 @@
       for (const [i, d] of idx) out.push(t.tid + " " + d + " " + t.start[i] + " " + t.dur[i] + " " + names[t.fn[i]]);
       for (const m of t.markers) out.push(t.tid + " marker " + m[0] + " " + names[m[1]] + " " + m[2]);
     }
+    // Zoom in with the wheel at the middle of the first lane, pan with D;
+    // the flame graph of each choice (all threads first): its root's calls.
+    const r = cv.getBoundingClientRect();
+    const full = v1 - v0;
+    cv.dispatchEvent(
+      new WheelEvent("wheel", {
+        deltaY: -400,
+        clientX: r.left + LABEL_W + (W - LABEL_W) / 2,
+        clientY: r.top + AXIS_H + MARK_H + 2,
+        bubbles: true,
+        cancelable: true,
+      })
+    );
+    const zoomed = v1 - v0, z0 = v0;
+    document.dispatchEvent(new KeyboardEvent("keydown", { key: "d" }));
+    document.body.dataset.selftestView = [full, zoomed, v0 - z0].join(" ");
+    const roots = [];
+    for (let i = -1; i < threads.length; i++) {
+      fsel.value = String(i);
+      fsel.dispatchEvent(new Event("change"));
+      roots.push(F.f.calls[0]);
+    }
+    document.body.dataset.selftestFlame = roots.join(" ");
+    fsel.value = "-1";
+    chooseFlame();
+    [v0, v1] = home;
+    drawTimeline();
     const pre = document.createElement("pre");
     pre.id = "selftest";
     pre.textContent = out.join("\n");
