@@ -125,9 +125,12 @@ struct GraphArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: GraphFormat,
-    /// Show this many levels of callees.
-    #[arg(short = 'D', long)]
-    depth: Option<usize>,
+    /// Show this many levels of callees (`-D/--depth` is the selection's
+    /// depth, as on replay).
+    #[arg(short = 'L', long)]
+    levels: Option<usize>,
+    #[command(flatten)]
+    select: fntrace_cli::select::SelectArgs,
 }
 
 // `fntrace export`.
@@ -261,7 +264,14 @@ fn run() -> Result<ExitCode> {
             &a.select,
         )?,
         Cmd::Replay(a) => replay::run(&mut out, &a.trace.path, &a.options)?,
-        Cmd::Graph(a) => graph::run(&mut out, &a.function, &a.trace.path, a.format, a.depth)?,
+        Cmd::Graph(a) => graph::run(
+            &mut out,
+            &a.function,
+            &a.trace.path,
+            a.format,
+            a.levels,
+            &a.select,
+        )?,
         Cmd::Export(a) => export::run(&a.trace.path, a.format, &a.output, &a.select)?,
         Cmd::Info(a) => info::run(&mut out, &a.trace.path)?,
         Cmd::Tui(a) => fntrace_cli::tui::run(&mut out, &a.trace.path, &a.options)?,
