@@ -43,6 +43,11 @@ enum Cmd {
     /// List the markers declared in an executable or shared library (name,
     /// argument types, design, source location), read from the file.
     Markers(MarkersArgs),
+    /// List what `#[instrument_fn]` decided for each function of an
+    /// executable or shared library: per framework (source, mcount,
+    /// fentry, xray) and its options (args, retval, threshold), read from
+    /// the file.
+    Functions(MarkersArgs),
     /// Record the bundled instrumented example and show report and replay.
     Demo(DemoArgs),
     /// Change what a running, traced process has switched on (patchable
@@ -261,6 +266,7 @@ fn run() -> Result<ExitCode> {
         Cmd::Export(a) => export::run(&a.trace.path, a.format, &a.output, &a.select)?,
         Cmd::Info(a) => info::run(&mut out, &a.trace.path)?,
         Cmd::Markers(a) => markers::run(&mut out, &a.binary, a.format)?,
+        Cmd::Functions(a) => fntrace_cli::functions::run(&mut out, &a.binary, a.format)?,
         Cmd::Demo(a) => fntrace_cli::demo::run(&mut out, a.n)?,
         Cmd::Live(a) => return Ok(live::run(a.pid, &a.command, &a.enable, &a.disable)?),
         Cmd::DemoWorkload(a) => writeln!(out, "{}", demo::run(a.n))?,
