@@ -483,6 +483,9 @@ fn run(sub: Sub) -> Result<ExitCode> {
         for e in &executables {
             eprintln!("  {}", e.strip_prefix(&cwd).unwrap_or(e).display());
         }
+        for e in &executables {
+            policy_summary(mode, e.strip_prefix(&cwd).unwrap_or(e));
+        }
     }
     if sub != "build" && trace.exists() {
         eprintln!(
@@ -497,6 +500,54 @@ fn run(sub: Sub) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::from(st.code().unwrap_or(1) as u8))
+}
+
+/// Says what the `#[instrument_fn]` policies of `exe` mean for `mode`:
+/// how many functions the mode's framework leaves out, and the options it
+/// cannot honour (arguments under mcount, whose hook runs after the
+/// prologue).
+fn policy_summary(mode: &str, exe: &std::path::Path) {
+    let framework = match mode.split(':').next().unwrap_or(mode) {
+        "never" => return,
+        "patchable" => "fentry",
+        f => f,
+    };
+    let list = match fntrace_cli::functions::read(exe) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cargo-fntrace: warning: {e}");
+            return;
+        }
+    };
+    let off: Vec<&str> = list
+        .iter()
+        .filter(|p| p.is_off(framework))
+        .map(|p| p.function.as_str())
+        .collect();
+    if !off.is_empty() {
+        eprintln!(
+            "cargo-fntrace: {}: {} function{} not instrumented under {framework} by #[instrument_fn] ({}{}; `fntrace functions {}` lists every policy)",
+            exe.display(),
+            off.len(),
+            if off.len() == 1 { "" } else { "s" },
+            off.iter().take(3).copied().collect::<Vec<_>>().join(", "),
+            if off.len() > 3 { ", ..." } else { "" },
+            exe.display()
+        );
+    }
+    for p in &list {
+        if !p.args.is_empty() && !p.is_off(framework) && (framework == "mcount" || framework == "source") {
+            eprintln!(
+                "cargo-fntrace: warning: {}: #[instrument_fn(args)] cannot be honoured under {framework} ({}); only an fentry-style entry (--instrument=fentry, xray) sees the arguments",
+                p.function,
+                if framework == "mcount" {
+                    "its hook runs after the prologue"
+                } else {
+                    "the source guard does not capture values"
+                }
+            );
+        }
+    }
 }
 
 /// The executables of Cargo's `compiler-artifact` messages (JSON, one per
