@@ -504,8 +504,8 @@ fn run(sub: Sub) -> Result<ExitCode> {
 
 /// Says what the `#[instrument_fn]` policies of `exe` mean for `mode`:
 /// how many functions the mode's framework leaves out, and the options it
-/// cannot honour (arguments under mcount, whose hook runs after the
-/// prologue).
+/// cannot honour (argument and return value capture through the source
+/// guard or XRay sleds).
 fn policy_summary(mode: &str, exe: &std::path::Path) {
     let framework = match mode.split(':').next().unwrap_or(mode) {
         "never" => return,
@@ -535,18 +535,22 @@ fn policy_summary(mode: &str, exe: &std::path::Path) {
             exe.display()
         );
     }
-    for p in &list {
-        if !p.args.is_empty() && !p.is_off(framework) && (framework == "mcount" || framework == "source") {
-            eprintln!(
-                "cargo-fntrace: warning: {}: #[instrument_fn(args)] cannot be honoured under {framework} ({}); only an fentry-style entry (--instrument=fentry, xray) sees the arguments",
-                p.function,
-                if framework == "mcount" {
-                    "its hook runs after the prologue"
-                } else {
-                    "the source guard does not capture values"
-                }
-            );
-        }
+    let captures: Vec<&str> = list
+        .iter()
+        .filter(|p| (!p.args.is_empty() || p.retval) && !p.is_off(framework))
+        .map(|p| p.function.as_str())
+        .collect();
+    let why = match framework {
+        "source" => Some("the source guard records no values"),
+        "xray" => Some("XRay sleds pass no registers to the recorder"),
+        _ => None,
+    };
+    if let (Some(why), false) = (why, captures.is_empty()) {
+        eprintln!(
+            "cargo-fntrace: warning: {}: #[instrument_fn(args/retval)] on {} cannot be honoured under {framework} ({why}); --instrument=fentry or mcount capture them",
+            exe.display(),
+            captures.join(", ")
+        );
     }
 }
 

@@ -167,3 +167,45 @@ impl Policies {
         &self.0
     }
 }
+
+/// The functions of the object at `path` (loaded with `bias`) whose
+/// policy `want` maps to a value: `(start, end, value)`, the end from the
+/// function's symbol (one byte when it has none). Reads the file once.
+pub fn function_ranges<T>(
+    path: &std::path::Path,
+    bias: u64,
+    want: impl Fn(&Entry) -> Option<T>,
+) -> Vec<(u64, u64, T)> {
+    use object::ObjectSymbol;
+    let Some(map) = super::FileMap::open(path) else {
+        return vec![];
+    };
+    let Ok(obj) = object::File::parse(map.as_slice()) else {
+        return vec![];
+    };
+    let pol = Policies::read(&obj, bias);
+    let picked: Vec<(u64, T)> = pol
+        .entries()
+        .iter()
+        .filter_map(|e| want(e).map(|v| (e.func, v)))
+        .collect();
+    if picked.is_empty() {
+        return vec![];
+    }
+    let mut sizes: Vec<(u64, u64)> = obj
+        .symbols()
+        .chain(obj.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
+        .map(|s| (s.address().wrapping_add(bias), s.size()))
+        .collect();
+    sizes.sort_unstable();
+    picked
+        .into_iter()
+        .map(|(f, v)| {
+            let size = sizes
+                .binary_search_by_key(&f, |s| s.0)
+                .map_or(1, |i| sizes[i].1);
+            (f, f + size, v)
+        })
+        .collect()
+}

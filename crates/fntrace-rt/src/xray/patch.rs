@@ -136,6 +136,27 @@ pub fn scan() -> bool {
             .map(|s| unsafe { [*(s.addr as *const u8), *((s.addr + 1) as *const u8)] })
             .collect();
         let sited = with_patchable_entry(&funcs, &patchable);
+        // `#[instrument_fn(args, retval)]` on functions recorded through
+        // their sleds: XRay's entry and exit sleds pass no registers to
+        // the recorder (a function with a patchable entry captures there).
+        let uncaptured = policy
+            .entries()
+            .iter()
+            .filter(|e| {
+                e.capture != 0
+                    && e.flags & crate::procinfo::policy::XRAY_OFF == 0
+                    && funcs.contains(&e.func)
+                    && sited.binary_search(&e.func).is_err()
+            })
+            .count();
+        if uncaptured > 0 {
+            crate::diag::diag!(
+                "fntrace: {}: {uncaptured} function(s) marked #[instrument_fn(args/retval)] are recorded \
+                 through XRay sleds, which cannot capture arguments or return values \
+                 (build with --instrument=fentry to capture them)",
+                path.display()
+            );
+        }
         let id = objs.len();
         if id >= FUNCS.len() {
             break;
