@@ -79,7 +79,8 @@ pub fn read(path: &Path) -> Result<Vec<FunctionPolicy>> {
         }
         let base = sec.address();
         for d in layout::decode(&bytes, |off, raw| value_at(base + off as u64, raw)) {
-            let name = string_at(&obj, d.name, d.name_len).unwrap_or_else(|| symbol_name(&obj, d.func));
+            let name =
+                string_at(&obj, d.name, d.name_len).unwrap_or_else(|| symbol_name(&obj, d.func));
             out.push(policy(name, d.func, d.flags, d.capture, d.threshold_ns));
         }
     }
@@ -101,7 +102,13 @@ pub fn read(path: &Path) -> Result<Vec<FunctionPolicy>> {
     Ok(out)
 }
 
-fn policy(function: String, address: u64, flags: u32, capture: u32, threshold_ns: u64) -> FunctionPolicy {
+fn policy(
+    function: String,
+    address: u64,
+    flags: u32,
+    capture: u32,
+    threshold_ns: u64,
+) -> FunctionPolicy {
     let sw = |bit: u32| if flags & bit != 0 { "off" } else { "on" };
     FunctionPolicy {
         function,
@@ -109,8 +116,15 @@ fn policy(function: String, address: u64, flags: u32, capture: u32, threshold_ns
         source: sw(SOURCE_OFF),
         mcount: sw(MCOUNT_OFF),
         fentry: sw(FENTRY_OFF),
-        xray: if flags & XRAY_OFF != 0 { "off" } else { "always" },
-        args: (0..6u8).filter(|i| capture & (1 << i) != 0).map(|i| i + 1).collect(),
+        xray: if flags & XRAY_OFF != 0 {
+            "off"
+        } else {
+            "always"
+        },
+        args: (0..6u8)
+            .filter(|i| capture & (1 << i) != 0)
+            .map(|i| i + 1)
+            .collect(),
         retval: capture & CAPTURE_RETVAL != 0,
         threshold_ns,
         entry_is_xray: flags & ENTRY_IS_XRAY != 0,
@@ -224,7 +238,10 @@ pub fn write(out: &mut dyn Write, list: &[FunctionPolicy], format: Format) -> io
             writeln!(out)
         }
         Format::Csv => {
-            writeln!(out, "function,address,source,mcount,fentry,xray,args,retval,threshold_ns")?;
+            writeln!(
+                out,
+                "function,address,source,mcount,fentry,xray,args,retval,threshold_ns"
+            )?;
             for p in list {
                 writeln!(
                     out,
@@ -249,7 +266,12 @@ pub fn write(out: &mut dyn Write, list: &[FunctionPolicy], format: Format) -> io
                     "no #[instrument_fn] policy in this file (every function keeps the defaults)"
                 );
             }
-            let w = list.iter().map(|p| p.function.len()).max().unwrap_or(8).max(8);
+            let w = list
+                .iter()
+                .map(|p| p.function.len())
+                .max()
+                .unwrap_or(8)
+                .max(8);
             writeln!(
                 out,
                 "  {:<w$}  source  mcount  fentry  xray    args    retval  threshold",

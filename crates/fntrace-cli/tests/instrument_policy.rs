@@ -40,7 +40,12 @@ fn recorded(mode: &str) -> Vec<&'static str> {
             "inner::mod_override",
             "inner::S::method",
         ]),
-        "fentry" => without(&["no_fentry", "only_xray", "inner::mod_default", "inner::S::method"]),
+        "fentry" => without(&[
+            "no_fentry",
+            "only_xray",
+            "inner::mod_default",
+            "inner::S::method",
+        ]),
         // Every function has sleds; `xray = "off"` ones are never patched.
         "xray" => without(&["no_xray", "inner::S::method"]),
         // Small functions lose their sleds; free functions with XRay on
@@ -64,7 +69,10 @@ impl Visitor for Parents {
         self.stack.push(func);
     }
     fn call(&mut self, c: &Call) {
-        let parent = c.depth.checked_sub(1).and_then(|d| self.stack.get(d).copied());
+        let parent = c
+            .depth
+            .checked_sub(1)
+            .and_then(|d| self.stack.get(d).copied());
         *self.pairs.entry((c.func, parent)).or_default() += 1;
     }
 }
@@ -78,53 +86,18 @@ fn short(name: &str) -> String {
     n
 }
 
-fn check_mode(mode: &str) {
-    let d = tempfile::tempdir().unwrap();
-    common::preload();
-    let proj = d.path().join("demo");
-    std::fs::create_dir_all(proj.join("src")).unwrap();
-    let facade = concat!(env!("CARGO_MANIFEST_DIR"), "/../fntrace");
-    std::fs::write(
-        proj.join("Cargo.toml"),
-        format!(
-            "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
-             [dependencies]\nfntrace = {{ path = \"{facade}\" }}\n\n[workspace]\n"
-        ),
-    )
-    .unwrap();
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/policy/demo.rs"),
-        proj.join("src/main.rs"),
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cargo-fntrace"))
-        .args(["fntrace", "build", &format!("--instrument={mode}")])
-        .current_dir(&proj)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{mode}: {err}");
-    let dir = mode.replace([':', ',', '='], "-");
-    let exe = proj.join(format!("target/fntrace/{dir}/debug/demo"));
-    // `cargo fntrace` read the policies: it names what the mode leaves out.
-    let framework = match mode {
-        m if m.starts_with("xray") => "xray",
-        m => m,
-    };
-    let off = FUNCS.len() - recorded(mode).len();
-    if framework != "xray" || mode == "xray" {
-        assert!(
-            err.contains(&format!(
-                "{off} functions not instrumented under {framework} by #[instrument_fn]"
-            )),
-            "{mode}: {err}"
-        );
-    }
-
-    let data = d.path().join("t.data");
-    let run = common::record_cmd(&data, &[], &exe, &[&N.to_string()])
+/// Records the built demo (`fntrace record OPTS`, environment `env`) and
+/// checks every demo function's calls and callers; returns the
+/// recording's standard error.
+fn check_recording(
+    mode: &str,
+    exe: &std::path::Path,
+    data: &std::path::Path,
+    opts: &[&str],
+    env: &[(&str, &str)],
+) -> String {
+    let run = common::record_cmd(data, opts, exe, &[&N.to_string()])
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(
@@ -133,7 +106,7 @@ fn check_mode(mode: &str) {
         String::from_utf8_lossy(&run.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&run.stdout), "true\n", "{mode}");
-    let t = fntrace_format::Trace::open(&data).unwrap();
+    let t = fntrace_format::Trace::open(data).unwrap();
     let meta = t.metadata().clone();
     let mut sym = Symbolizer::new(&meta);
     let mut v = Parents::default();
@@ -188,13 +161,115 @@ fn check_mode(mode: &str) {
         assert_eq!(calls("leaf"), 0, "{mode}: {pairs:?}");
     }
 
+    String::from_utf8_lossy(&run.stderr).into_owned()
+}
+
+fn check_mode(mode: &str) {
+    let d = tempfile::tempdir().unwrap();
+    common::preload();
+    let proj = d.path().join("demo");
+    std::fs::create_dir_all(proj.join("src")).unwrap();
+    let facade = concat!(env!("CARGO_MANIFEST_DIR"), "/../fntrace");
+    std::fs::write(
+        proj.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\nfntrace = {{ path = \"{facade}\" }}\n\n[workspace]\n"
+        ),
+    )
+    .unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/policy/demo.rs"),
+        proj.join("src/main.rs"),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cargo-fntrace"))
+        .args(["fntrace", "build", &format!("--instrument={mode}")])
+        .current_dir(&proj)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{mode}: {err}");
+    let dir = mode.replace([':', ',', '='], "-");
+    let exe = proj.join(format!("target/fntrace/{dir}/debug/demo"));
+    // `cargo fntrace` read the policies: it names what the mode leaves out.
+    let framework = match mode {
+        m if m.starts_with("xray") => "xray",
+        m => m,
+    };
+    let off = FUNCS.len() - recorded(mode).len();
+    if framework != "xray" || mode == "xray" {
+        assert!(
+            err.contains(&format!(
+                "{off} functions not instrumented under {framework} by #[instrument_fn]"
+            )),
+            "{mode}: {err}"
+        );
+    }
+
+    // Argument and return value capture (`args = "1,2", retval`) where
+    // the mechanism can; a message where it cannot.
+    let cannot = "#[instrument_fn(args/retval)] on demo::with_options cannot be honoured";
+    assert_eq!(
+        err.contains(cannot),
+        matches!(framework, "source" | "xray") && mode != "xray:instruction-threshold=200",
+        "{mode}: {err}"
+    );
+
+    let data = d.path().join("t.data");
+    let stderr = check_recording(mode, &exe, &data, &[], &[]);
+    let replay = Command::new(common::fntrace_bin())
+        .arg("replay")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&replay.stdout);
+    // A call with children, or a leaf on one line.
+    let captured = (text.contains("demo::with_options(1, 2) {")
+        && text.contains("} = 6 /* demo::with_options */"))
+        || text.contains("demo::with_options(1, 2) = 6;");
+    assert_eq!(
+        captured,
+        matches!(mode, "mcount" | "fentry" | "xray:instruction-threshold=200"),
+        "{mode}: {text}"
+    );
+    assert_eq!(
+        stderr.contains("marked #[instrument_fn(args/retval)] are recorded through XRay sleds"),
+        mode == "xray",
+        "{mode}: {stderr}"
+    );
+    if mode == "mcount" {
+        // Hook calls that stay calls (`-F`, `FNTRACE_KEEP_CALLS`) follow
+        // the same settings.
+        check_recording(
+            mode,
+            &exe,
+            &d.path().join("f.data"),
+            &["-F", "^demo::run$"],
+            &[],
+        );
+        check_recording(
+            mode,
+            &exe,
+            &d.path().join("k.data"),
+            &[],
+            &[("FNTRACE_KEEP_CALLS", "1")],
+        );
+    }
+
     // `fntrace functions` shows the settings, from the file.
     let list = Command::new(common::fntrace_bin())
         .args(["functions", "--format", "json"])
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(list.status.success(), "{}", String::from_utf8_lossy(&list.stderr));
+    assert!(
+        list.status.success(),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
     let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     let row = |f: &str| {
         rows.as_array()
@@ -218,7 +293,7 @@ fn check_mode(mode: &str) {
     assert_eq!(fw("inner::mod_override"), ["on", "off", "on", "always"]);
     assert_eq!(fw("inner::S::method"), ["on", "off", "off", "off"]);
     let opts = row("with_options");
-    assert_eq!(opts["args"], serde_json::json!([1, 3]), "{opts:#}");
+    assert_eq!(opts["args"], serde_json::json!([1, 2]), "{opts:#}");
     assert_eq!(opts["retval"], true, "{opts:#}");
     assert_eq!(opts["threshold_ns"], 10_000, "{opts:#}");
 }

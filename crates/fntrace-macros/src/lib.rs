@@ -44,6 +44,23 @@ use syn::{
 /// functions never get it. Other builds (`cargo build`, plain `xray`,
 /// other modes) expand exactly as without it.
 ///
+/// Options (the RFC's future possibilities), any subset, in a list:
+/// `#[instrument_fn(mcount = "off", xray = "on", fentry = "off", source =
+/// "on")]` sets each framework (`patchable` is `fentry`); `"off"` means the
+/// framework never patches or records the function, `"on"` is XRay's
+/// always-instrument and otherwise just not excluded. `on`/`off` first set
+/// all four (`(off, xray = "on")`). Unnamed frameworks keep the enclosing
+/// item's setting; inner items override outer ones. `args = "1,2"` and
+/// `retval` capture integer arguments (1–6) and the return value without
+/// `-A`/`-R` where the mechanism can (fentry, patchable entries, rewritten
+/// mcount calls); `threshold = "10us"` is recorded in the binary but not
+/// applied yet. The settings go into section `fntrace_policy` (read by the
+/// runtimes, `fntrace functions` and `cargo fntrace`) for free functions
+/// and methods of non-generic impls; on generic or `async` functions and
+/// trait default methods only `source` can apply, and other options
+/// written directly on them are errors. Unknown options and bad values are
+/// errors at the token.
+///
 /// `const fn`s and functions without bodies inside a container are left
 /// alone; turning the attribute on for one of them (directly, or explicitly
 /// inside a container) is an error. On any other kind of item (a struct, a
@@ -133,8 +150,7 @@ impl Attr {
     }
 }
 
-const KEYS: &str =
-    "on, off, source, mcount, fentry, xray, args, retval, threshold";
+const KEYS: &str = "on, off, source, mcount, fentry, xray, args, retval, threshold";
 
 /// Parses the attribute's arguments: nothing, `on`/`off`, `"on"`/`"off"`,
 /// or a list of options (`mcount = "off", xray = "on", args = "1,2",
@@ -181,7 +197,9 @@ fn split_commas(tokens: &TokenStream2) -> Vec<Vec<TokenTree>> {
 /// One option of the list form.
 fn parse_option(seg: &[TokenTree], attr: &mut Attr, seen: &mut Vec<String>) -> syn::Result<()> {
     let seg: Vec<TokenTree> = match seg {
-        [TokenTree::Group(g)] if g.delimiter() == Delimiter::None => g.stream().into_iter().collect(),
+        [TokenTree::Group(g)] if g.delimiter() == Delimiter::None => {
+            g.stream().into_iter().collect()
+        }
         _ => seg.to_vec(),
     };
     let key = match &seg[0] {
@@ -198,7 +216,10 @@ fn parse_option(seg: &[TokenTree], attr: &mut Attr, seen: &mut Vec<String>) -> s
         None => None,
         Some(TokenTree::Punct(p)) if p.as_char() == '=' => {
             if seg.len() < 3 {
-                return Err(Error::new_spanned(p, format!("expected a value after `{name} =`")));
+                return Err(Error::new_spanned(
+                    p,
+                    format!("expected a value after `{name} =`"),
+                ));
             }
             Some(&seg[2..])
         }
@@ -209,8 +230,16 @@ fn parse_option(seg: &[TokenTree], attr: &mut Attr, seen: &mut Vec<String>) -> s
             ));
         }
     };
-    let canonical = if name == "patchable" { "fentry" } else { name.as_str() };
-    let group = if canonical == "on" || canonical == "off" { "on/off" } else { canonical };
+    let canonical = if name == "patchable" {
+        "fentry"
+    } else {
+        name.as_str()
+    };
+    let group = if canonical == "on" || canonical == "off" {
+        "on/off"
+    } else {
+        canonical
+    };
     if seen.iter().any(|s| s == group) {
         return Err(Error::new_spanned(
             &key,
@@ -810,7 +839,14 @@ fn instrument_item(item: &mut Item, policy: Policy, errs: &mut Errors) {
                 Some((_, t, _)) => quote!(<#self_ty as #t>),
                 None => quote!(<#self_ty>),
             };
-            let generic_impl = !im.generics.params.is_empty() || mentions_self(&self_ty.to_token_stream());
+            let header = {
+                let mut t = self_ty.to_token_stream();
+                if let Some((_, tr, _)) = &im.trait_ {
+                    t.extend(tr.to_token_stream());
+                }
+                t
+            };
+            let generic_impl = !im.generics.params.is_empty() || mentions_self(&header);
             for ii in &mut im.items {
                 let f = match ii {
                     ImplItem::Fn(f) => f,
@@ -916,11 +952,12 @@ fn instrument_item(item: &mut Item, policy: Policy, errs: &mut Errors) {
     }
 }
 
-/// Whether tokens contain `Self` (a self type written with it cannot be
-/// named from a static).
+/// Whether tokens contain `Self` or a lifetime (an impl header written
+/// with them cannot be named from a static inside a method).
 fn mentions_self(t: &TokenStream2) -> bool {
     t.clone().into_iter().any(|tt| match tt {
         TokenTree::Ident(i) => i == "Self",
+        TokenTree::Punct(p) => p.as_char() == '\'',
         TokenTree::Group(g) => mentions_self(&g.stream()),
         _ => false,
     })

@@ -100,9 +100,7 @@ pub(crate) fn scan_new_modules() -> bool {
 /// The `#[instrument_fn(args = ..., retval)]` functions of an object:
 /// (start, end, mask).
 fn policy_captures(path: &std::path::Path, bias: u64) -> Vec<(u64, u64, u8)> {
-    crate::procinfo::policy::function_ranges(path, bias, |e| {
-        (e.capture != 0).then_some(e.capture)
-    })
+    crate::procinfo::policy::function_ranges(path, bias, |e| (e.capture != 0).then_some(e.capture))
 }
 
 /// The capture mask of the function starting at (or containing) `func`.

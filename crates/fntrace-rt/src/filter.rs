@@ -128,9 +128,7 @@ pub(crate) fn scan_new_modules() {
         let mut v: Vec<(u64, u64, u8)> = match pats.as_ref() {
             Some(p) => crate::procinfo::module_functions(path, bias)
                 .into_iter()
-                .filter_map(|(s, e, name)| {
-                    Some((s, e, p.class(&name))).filter(|r| r.2 != NORMAL)
-                })
+                .filter_map(|(s, e, name)| Some((s, e, p.class(&name))).filter(|r| r.2 != NORMAL))
                 .collect(),
             None => vec![],
         };

@@ -538,6 +538,8 @@ fn policy_summary(mode: &str, exe: &std::path::Path) {
     let captures: Vec<&str> = list
         .iter()
         .filter(|p| (!p.args.is_empty() || p.retval) && !p.is_off(framework))
+        // A threshold build's always-instrument entry captures.
+        .filter(|p| !(framework == "xray" && p.entry_is_xray))
         .map(|p| p.function.as_str())
         .collect();
     let why = match framework {

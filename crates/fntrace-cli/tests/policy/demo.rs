@@ -69,7 +69,7 @@ mod inner {
 }
 
 /// Per-function options, listed by `fntrace functions` (called once).
-#[fntrace::instrument_fn(args = "1,3", retval, threshold = "10us")]
+#[fntrace::instrument_fn(args = "1,2", retval, threshold = "10us")]
 #[inline(never)]
 fn with_options(a: u64, b: u64, c: u64) -> u64 {
     a + b + c
@@ -98,7 +98,7 @@ fn run(n: u64) -> u64 {
     for i in 0..9 * n {
         acc = acc.wrapping_add(inner::S(black_box(i)).method());
     }
-    acc.wrapping_add(with_options(black_box(1), 2, 3))
+    acc.wrapping_add(with_options(black_box(1), black_box(2), 3))
 }
 
 fn main() {

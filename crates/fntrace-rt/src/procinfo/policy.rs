@@ -209,3 +209,63 @@ pub fn function_ranges<T>(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(func: u64, name: u64, len: u64, flags: u32, threshold: u64, capture: u32) -> Vec<u8> {
+        let mut e = vec![];
+        e.extend(func.to_le_bytes());
+        e.extend(name.to_le_bytes());
+        e.extend(len.to_le_bytes());
+        e.extend(MAGIC.to_le_bytes());
+        e.extend(flags.to_le_bytes());
+        e.extend(threshold.to_le_bytes());
+        e.extend(capture.to_le_bytes());
+        e.extend(0u32.to_le_bytes());
+        assert_eq!(e.len(), ENTRY_SIZE);
+        e
+    }
+
+    #[test]
+    fn decodes_entries_and_skips_padding() {
+        let mut data = entry(0x1000, 0x2000, 9, MCOUNT_OFF | ENTRY_IS_XRAY, 10_000, 0x83);
+        data.extend([0u8; ENTRY_SIZE]);
+        data.extend(entry(0x3000, 0x4000, 4, XRAY_OFF, 0, 0));
+        data.extend([0u8; 7]);
+        // Pointers relocated by the caller: here, by their offset.
+        let d = decode(&data, |off, raw| raw + off as u64);
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            d[0],
+            Decoded {
+                func: 0x1000,
+                name: 0x2008,
+                name_len: 9,
+                flags: MCOUNT_OFF | ENTRY_IS_XRAY,
+                threshold_ns: 10_000,
+                capture: 0x83,
+            }
+        );
+        assert_eq!(d[1].func, 0x3000 + 2 * ENTRY_SIZE as u64);
+        assert_eq!(d[1].flags, XRAY_OFF);
+    }
+
+    #[test]
+    fn the_macro_entry_has_the_documented_layout() {
+        assert_eq!(core::mem::size_of::<crate::site::PolicyEntry>(), ENTRY_SIZE);
+        fn f() {}
+        static E: crate::site::PolicyEntry =
+            crate::site::PolicyEntry::new(f as *const (), "m::f", FENTRY_OFF, 0x81, 5);
+        // SAFETY: a static of ENTRY_SIZE bytes (asserted above), read as bytes.
+        let bytes = unsafe { core::slice::from_raw_parts(&E as *const _ as *const u8, ENTRY_SIZE) };
+        let d = decode(bytes, |_, raw| raw);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].func, f as *const () as u64);
+        assert_eq!(d[0].name_len, 4);
+        assert_eq!(d[0].flags, FENTRY_OFF);
+        assert_eq!(d[0].capture, 0x81);
+        assert_eq!(d[0].threshold_ns, 5);
+    }
+}

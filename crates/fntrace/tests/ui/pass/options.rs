@@ -67,6 +67,24 @@ mod quiet {
 
     impl T for S {}
 
+    // Impl headers with lifetimes or `Self` are not registered (a static
+    // inside the method could not name them); the source guard applies.
+    pub struct Borrow<'a>(pub &'a u8);
+
+    #[instrument_fn(source = "on")]
+    impl Borrow<'_> {
+        pub fn get(&self) -> u8 {
+            *self.0
+        }
+    }
+
+    #[instrument_fn(source = "on")]
+    impl PartialEq<Self> for S {
+        fn eq(&self, other: &Self) -> bool {
+            self.0 == other.0
+        }
+    }
+
     // Generic and async functions take the source setting.
     #[instrument_fn(source = "on")]
     pub fn generic<X: Copy>(x: X) -> X {
@@ -89,4 +107,15 @@ fn main() {
     assert_eq!(untraced(|| s.silent()), 8);
     assert_eq!(traced(|| s.twice()), 14);
     assert_eq!(traced(|| quiet::generic(9u8)), 9);
+    assert_eq!(traced(|| quiet::Borrow(&10).get()), 10);
+    assert!(traced(|| quiet::S(1) == quiet::S(1)));
+    // A local impl inside a function body.
+    struct L(u8);
+    #[fntrace::instrument_fn(mcount = "off")]
+    impl L {
+        fn get(&self) -> u8 {
+            self.0
+        }
+    }
+    assert_eq!(traced(|| L(11).get()), 11);
 }
