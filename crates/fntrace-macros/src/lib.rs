@@ -241,10 +241,12 @@ fn parse_option(seg: &[TokenTree], attr: &mut Attr, seen: &mut Vec<String>) -> s
         canonical
     };
     if seen.iter().any(|s| s == group) {
-        return Err(Error::new_spanned(
-            &key,
-            format!("`{name}` is given more than once in this #[instrument_fn]"),
-        ));
+        let msg = if group == "on/off" {
+            "give `on` or `off` once, first, then framework options".to_string()
+        } else {
+            format!("`{name}` is given more than once in this #[instrument_fn]")
+        };
+        return Err(Error::new_spanned(&key, msg));
     }
     let value_tokens = |v: &[TokenTree]| v.iter().cloned().collect::<TokenStream2>();
     match canonical {

@@ -48,15 +48,20 @@ mod m {
     #[instrument_fn(threshold = "fast")]
     fn inner_threshold() {}
 
-    pub struct S;
+    pub struct G<T>(pub T);
 
-    impl<T> From<T> for S {
+    impl<T: Copy> G<T> {
         // Options that need the function's address, on a function that
         // has none of its own.
         #[instrument_fn(mcount = "off")]
-        fn from(_: T) -> S {
-            S
+        pub fn get(&self) -> T {
+            self.0
         }
+    }
+
+    pub trait Tr {
+        #[instrument_fn(args = "1")]
+        fn provided(&self) {}
     }
 }
 
