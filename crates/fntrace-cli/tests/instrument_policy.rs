@@ -79,11 +79,9 @@ impl Visitor for Parents {
 
 /// The demo's name of a function as the trace shows it.
 fn short(name: &str) -> String {
-    let n = name
-        .strip_prefix("<demo::inner::S>::")
+    name.strip_prefix("<demo::inner::S>::")
         .map(|m| format!("inner::S::{m}"))
-        .unwrap_or_else(|| name.strip_prefix("demo::").unwrap_or(name).to_string());
-    n
+        .unwrap_or_else(|| name.strip_prefix("demo::").unwrap_or(name).to_string())
 }
 
 /// Records the built demo (`fntrace record OPTS`, environment `env`) and

@@ -398,7 +398,7 @@ fn parse_threshold(tokens: &TokenStream2) -> syn::Result<u64> {
     };
     let v: f64 = num.parse().map_err(|_| bad())?;
     let ns = (v * scale).round();
-    if !(ns >= 1.0 && ns < 1.8e19) {
+    if !(1.0..1.8e19).contains(&ns) {
         return Err(bad());
     }
     Ok(ns as u64)
