@@ -103,7 +103,16 @@ impl Policies {
     /// `bias`, from memory.
     pub fn read(obj: &object::File<'_>, bias: u64) -> Policies {
         let mut v = vec![];
-        if let Some(s) = obj.section_by_name("fntrace_off") {
+        // Only sections loaded with the object (`SHF_ALLOC`, an address)
+        // can be read from memory.
+        let loaded = |name: &str| {
+            obj.section_by_name(name).filter(|s| {
+                s.address() != 0
+                    && matches!(s.flags(), object::SectionFlags::Elf { sh_flags }
+                        if sh_flags & u64::from(object::elf::SHF_ALLOC) != 0)
+            })
+        };
+        if let Some(s) = loaded("fntrace_off") {
             let (addr, size) = (s.address().wrapping_add(bias), s.size());
             for i in 0..size / 8 {
                 // SAFETY: the section is allocated (statics of the object)
@@ -118,7 +127,7 @@ impl Policies {
                 });
             }
         }
-        if let Some(s) = obj.section_by_name("fntrace_policy") {
+        if let Some(s) = loaded("fntrace_policy") {
             let (addr, size) = (s.address().wrapping_add(bias), s.size());
             // SAFETY: as above: the allocated section, mapped with its
             // object, read within its size.
