@@ -542,12 +542,15 @@ fn expand(args: TokenStream2, input: TokenStream2) -> TokenStream2 {
                     Err("a method outside its impl block (put the options on the impl block or on the method inside it)"),
                 )
             } else {
-                let id = &f.sig.ident;
+                // Spanned at the attribute: on an associated function
+                // without `self` (which cannot be told from a free one
+                // here) the name does not resolve, and the error points at
+                // the options.
+                let id = syn::Ident::new(&f.sig.ident.to_string(), Span::call_site());
                 (Naming::Path(name), Ok(quote!(#id)))
             };
             // A standalone function that keeps every default is not
-            // registered: an associated function (no receiver) cannot be
-            // told from a free one here, and would not be found by name.
+            // registered (see above).
             let register = policy != Policy::ON;
             let here = TokenStream2::new();
             let explicit = Some((&attr, &here));
