@@ -24,13 +24,15 @@ pub struct FunctionPolicy {
     pub function: String,
     /// Link-time address of its start.
     pub address: u64,
-    /// Source instrumentation (the `#[instrument_fn]` guard): `on`/`off`.
+    /// Source instrumentation (the `#[instrument_fn]` guard): `on`/`off`
+    /// (`-`: no guard, in a `--all` listing).
     pub source: &'static str,
     /// mcount: `on`/`off`.
     pub mcount: &'static str,
     /// fentry (and patchable entries): `on`/`off`.
     pub fentry: &'static str,
-    /// XRay: `always` (the attribute's on), `off`.
+    /// XRay: `always` (the attribute's on), `off` (`on`: not excluded, in a
+    /// `--all` listing).
     pub xray: &'static str,
     /// Arguments recorded without `-A` (1–6).
     pub args: Vec<u8>,
@@ -202,10 +204,54 @@ fn symbol_name(obj: &object::File<'_>, addr: u64) -> String {
         .unwrap_or_else(|| format!("{addr:#x}"))
 }
 
+/// [`read`], plus every other function symbol of the file with the
+/// defaults: source `on` when the function has a `#[instrument_fn]` site
+/// (a `FUNCTION::__FNTRACE_SITE` symbol), `-` otherwise; the compiler
+/// frameworks `on` (not excluded).
+pub fn read_all(path: &Path) -> Result<Vec<FunctionPolicy>> {
+    let mut list = read(path)?;
+    let data = std::fs::read(path).map_err(Error::io_at(path.display().to_string()))?;
+    let obj = object::File::parse(&*data).map_err(|source| Error::Object {
+        context: format!("{}: not an executable or shared library", path.display()),
+        source,
+    })?;
+    let mut sited = std::collections::HashSet::new();
+    let mut funcs: Vec<(u64, String)> = vec![];
+    for s in obj.symbols().chain(obj.dynamic_symbols()) {
+        let Ok(raw) = s.name() else { continue };
+        let name = fntrace_rt::procinfo::demangle(raw);
+        if let Some(f) = name.strip_suffix("::__FNTRACE_SITE") {
+            sited.insert(f.to_string());
+        } else if s.kind() == object::SymbolKind::Text && s.address() != 0 {
+            funcs.push((s.address(), name));
+        }
+    }
+    funcs.sort();
+    funcs.dedup_by_key(|f| f.0);
+    let known: std::collections::HashSet<u64> = list.iter().map(|p| p.address).collect();
+    for (addr, name) in funcs {
+        if known.contains(&addr) {
+            continue;
+        }
+        let mut p = policy(name, addr, 0, 0, 0);
+        p.xray = "on";
+        if !sited.contains(&p.function) {
+            p.source = "-";
+        }
+        list.push(p);
+    }
+    list.sort_by(|a, b| (&a.function, a.address).cmp(&(&b.function, b.address)));
+    Ok(list)
+}
+
 /// `fntrace functions BINARY`: lists the per-function policies `binary`
-/// carries.
-pub fn run(out: &mut dyn Write, binary: &Path, format: Format) -> Result<()> {
-    let list = read(binary)?;
+/// carries (`all`: every function of it, see [`read_all`]).
+pub fn run(out: &mut dyn Write, binary: &Path, format: Format, all: bool) -> Result<()> {
+    let list = if all {
+        read_all(binary)?
+    } else {
+        read(binary)?
+    };
     write(out, &list, format)?;
     Ok(())
 }
@@ -266,30 +312,24 @@ pub fn write(out: &mut dyn Write, list: &[FunctionPolicy], format: Format) -> io
                     "no #[instrument_fn] policy in this file (every function keeps the defaults)"
                 );
             }
-            let w = list
-                .iter()
-                .map(|p| p.function.len())
-                .max()
-                .unwrap_or(8)
-                .max(8);
+            // The name last, as in `fntrace report` (names of any length).
             writeln!(
                 out,
-                "  {:<w$}  source  mcount  fentry  xray    args    retval  threshold",
-                "Function"
+                "  source  mcount  fentry  xray    args    retval  threshold   Function"
             )?;
-            writeln!(out, "  {}", "=".repeat(w + 62))?;
+            writeln!(out, "  {}", "=".repeat(78))?;
             for p in list {
                 writeln!(
                     out,
-                    "  {:<w$}  {:<6}  {:<6}  {:<6}  {:<6}  {:<6}  {:<6}  {}",
-                    p.function,
+                    "  {:<6}  {:<6}  {:<6}  {:<6}  {:<6}  {:<6}  {:<10}  {}",
                     p.source,
                     p.mcount,
                     p.fentry,
                     p.xray,
                     args_text(p),
                     if p.retval { "yes" } else { "-" },
-                    threshold_text(p)
+                    threshold_text(p),
+                    p.function
                 )?;
             }
             Ok(())

@@ -47,7 +47,7 @@ enum Cmd {
     /// executable or shared library: per framework (source, mcount,
     /// fentry, xray) and its options (args, retval, threshold), read from
     /// the file.
-    Functions(MarkersArgs),
+    Functions(FunctionsArgs),
     /// Record the bundled instrumented example and show report and replay.
     Demo(DemoArgs),
     /// Change what a running, traced process has switched on (patchable
@@ -168,6 +168,21 @@ struct MarkersArgs {
     format: Format,
 }
 
+// `fntrace functions`.
+#[derive(Args)]
+struct FunctionsArgs {
+    /// The executable or shared library.
+    binary: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Every function of the file, not only those the attribute
+    /// registered (the others with the defaults; source `on` when the
+    /// function has an `#[instrument_fn]` site).
+    #[arg(long)]
+    all: bool,
+}
+
 // `fntrace demo`.
 #[derive(Args)]
 struct DemoArgs {
@@ -266,7 +281,7 @@ fn run() -> Result<ExitCode> {
         Cmd::Export(a) => export::run(&a.trace.path, a.format, &a.output, &a.select)?,
         Cmd::Info(a) => info::run(&mut out, &a.trace.path)?,
         Cmd::Markers(a) => markers::run(&mut out, &a.binary, a.format)?,
-        Cmd::Functions(a) => fntrace_cli::functions::run(&mut out, &a.binary, a.format)?,
+        Cmd::Functions(a) => fntrace_cli::functions::run(&mut out, &a.binary, a.format, a.all)?,
         Cmd::Demo(a) => fntrace_cli::demo::run(&mut out, a.n)?,
         Cmd::Live(a) => return Ok(live::run(a.pid, &a.command, &a.enable, &a.disable)?),
         Cmd::DemoWorkload(a) => writeln!(out, "{}", demo::run(a.n))?,

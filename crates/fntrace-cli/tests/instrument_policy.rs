@@ -290,6 +290,31 @@ fn check_mode(mode: &str) {
     assert_eq!(fw("inner::mod_default"), ["on", "off", "off", "always"]);
     assert_eq!(fw("inner::mod_override"), ["on", "off", "on", "always"]);
     assert_eq!(fw("inner::S::method"), ["on", "off", "off", "off"]);
+    // `--all`: every function, the others with the defaults.
+    let all = Command::new(common::fntrace_bin())
+        .args(["functions", "--all", "--format", "json"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        all.status.success(),
+        "{}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    let all: serde_json::Value = serde_json::from_slice(&all.stdout).unwrap();
+    let in_all = |f: &str| {
+        let r = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["function"] == format!("demo::{f}"))
+            .unwrap_or_else(|| panic!("{f} not in --all"));
+        [&r["source"], &r["mcount"], &r["fentry"], &r["xray"]]
+            .map(|v| v.as_str().unwrap().to_string())
+    };
+    assert_eq!(in_all("leaf"), ["-", "on", "on", "on"]);
+    assert_eq!(in_all("all_on"), ["on", "on", "on", "on"]);
+    assert_eq!(in_all("no_mcount"), fw("no_mcount"));
     let opts = row("with_options");
     assert_eq!(opts["args"], serde_json::json!([1, 2]), "{opts:#}");
     assert_eq!(opts["retval"], true, "{opts:#}");
