@@ -1043,7 +1043,11 @@ fn gmon_xray_and_graph_select_the_calls_replay_shows() {
             .arg(&log)
             .output()
             .unwrap();
-        assert!(acc.status.success(), "llvm-xray account {case:?}");
+        assert!(
+            acc.status.success(),
+            "llvm-xray account {case:?}: {}",
+            String::from_utf8_lossy(&acc.stderr)
+        );
         // gmon: gprof's calls of fib are the arcs between selected calls
         // (from another function + from fib itself).
         let mut args = vec!["export", &data_s, "--format", "gmon", "-o", &gmon_s];
