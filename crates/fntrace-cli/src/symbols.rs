@@ -1,5 +1,6 @@
 //! Symbolisation: turns function keys into names using the trace's site
-//! table (source instrumentation) or the module map plus the ELF symbol
+//! table (source instrumentation), its library functions (`memcpy@libc.so.6`,
+//! `record --libcalls`) or the module map plus the ELF symbol
 //! tables (read and demangled by `fntrace_rt::procinfo`, Rust legacy and
 //! v0 and C++ names).
 //! Unknown addresses print as `module+0xoffset`. Results are cached.
@@ -85,6 +86,9 @@ impl<'m> Symbolizer<'m> {
         if let Some(s) = self.meta.sites.get(&key) {
             return Some(format!("{}:{}", s.file, s.line));
         }
+        if let Some(f) = self.meta.libfuncs.get(&key) {
+            return Some(f.library.clone());
+        }
         let i = self.meta.modules.iter().position(|m| m.contains(key))?;
         let m = self.modules[i].get_or_insert_with(|| ModuleSyms::load(&self.meta.modules[i]));
         let link = key.wrapping_sub(m.info.bias);
@@ -130,6 +134,9 @@ impl<'m> Symbolizer<'m> {
     fn resolve(&mut self, key: u64) -> String {
         if let Some(s) = self.meta.sites.get(&key) {
             return s.name.clone();
+        }
+        if let Some(f) = self.meta.libfuncs.get(&key) {
+            return f.display_name();
         }
         let Some(i) = self.meta.modules.iter().position(|m| m.contains(key)) else {
             return format!("0x{key:x}");

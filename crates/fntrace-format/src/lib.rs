@@ -16,5 +16,5 @@ pub mod reader;
 pub mod varint;
 pub mod writer;
 
-pub use event::{DetachReason, ModuleInfo, ProcessInfo, Record, SiteInfo};
+pub use event::{DetachReason, LibFuncInfo, ModuleInfo, OffCpu, ProcessInfo, Record, SiteInfo};
 pub use reader::{Damage, Ending, FastItem, Metadata, StreamItem, ThreadReader, Trace, TraceError};

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::event::{Decoder, ModuleInfo, ProcessInfo, Record, SiteInfo};
+use crate::event::{Decoder, LibFuncInfo, ModuleInfo, OffCpu, ProcessInfo, Record, SiteInfo};
 use crate::layout::{
     CHUNK_FLAG_SEALED, CHUNK_HEADER_SIZE, ChunkHeader, ChunkProblem, FINAL_FLAG_CLEAN,
     FINAL_OFFSET, Final, HEADER_USED, Header, HeaderProblem, META_TID, VERSION_MAJOR,
@@ -89,6 +89,11 @@ pub struct Metadata {
     pub modules: Vec<ModuleInfo>,
     /// Source-instrumented functions by key.
     pub sites: HashMap<u64, SiteInfo>,
+    /// Shared-library functions recorded through PLT/GOT entries, by key.
+    pub libfuncs: HashMap<u64, LibFuncInfo>,
+    /// Off-CPU intervals (`record --sched`) per thread, sorted by switch-out
+    /// time, overlaps merged away.
+    pub offcpu: BTreeMap<u32, Vec<OffCpu>>,
     /// Call-graph arcs of a counting trace: (call site, callee, count),
     /// summed over threads.
     pub arcs: Vec<(u64, u64, u64)>,
@@ -336,11 +341,27 @@ impl Trace {
                 Record::Site(s) => {
                     meta.sites.entry(s.key).or_insert(s);
                 }
+                Record::LibFunc(f) => {
+                    meta.libfuncs.entry(f.key).or_insert(f);
+                }
+                Record::OffCpu(o) => meta.offcpu.entry(o.tid).or_default().push(o),
                 Record::Arc { from, to, count } => meta.arcs.push((from, to, count)),
                 Record::Attach { tsc, controller } => meta.attach = Some((tsc, controller)),
                 Record::Detach { tsc, reason } => meta.detach = Some((tsc, reason)),
                 _ => {}
             }
+        }
+        for v in meta.offcpu.values_mut() {
+            v.sort_unstable_by_key(|o| (o.out_ns, o.in_ns));
+            // Overlapping intervals (a record written twice) count once.
+            let mut out: Vec<OffCpu> = Vec::with_capacity(v.len());
+            for o in v.drain(..) {
+                match out.last_mut() {
+                    Some(l) if o.out_ns < l.in_ns => l.in_ns = l.in_ns.max(o.in_ns),
+                    _ => out.push(o),
+                }
+            }
+            *v = out;
         }
         let damage = reader.take_damage();
         self.damage.extend(damage);
@@ -444,6 +465,38 @@ impl Trace {
             .and_then(|c| from_pair(c.header.base_tsc, c.header.base_mono_ns))
             .filter(|&hz| hz > 0)
             .unwrap_or(h.tsc_hz.max(1))
+    }
+
+    /// The TSC value of a CLOCK_MONOTONIC time `ns`, through the start
+    /// clock pair and [`Trace::tsc_hz`] (what off-CPU intervals are
+    /// placed on the thread timelines with).
+    pub fn mono_to_tsc(&self, ns: u64) -> u64 {
+        let h = &self.header;
+        let hz = self.tsc_hz() as i128;
+        let dt = ns as i128 - h.start_mono_ns as i128;
+        let t = h.start_tsc as i128 + dt * hz / 1_000_000_000;
+        t.clamp(0, u64::MAX as i128) as u64
+    }
+
+    /// The off-CPU intervals of thread `tid` as (switch-out TSC, switch-in
+    /// TSC, preempted), sorted and not overlapping; empty without
+    /// `record --sched`.
+    pub fn offcpu_tsc(&self, tid: u32) -> Vec<(u64, u64, bool)> {
+        self.meta
+            .offcpu
+            .get(&tid)
+            .map(|v| {
+                v.iter()
+                    .map(|o| {
+                        (
+                            self.mono_to_tsc(o.out_ns),
+                            self.mono_to_tsc(o.in_ns),
+                            o.preempted,
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Reads one thread's stream (or the metadata stream, [`META_TID`]).

@@ -111,6 +111,8 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     if order == Order::FileFirst {
         switch_on(cfg);
     }
+    #[cfg(feature = "compiler-hooks")]
+    crate::libcalls::describe_all();
     Ok(path)
 }
 
@@ -121,9 +123,18 @@ fn switch_on(cfg: &Config) {
     {
         crate::xray::api::start_recording(&cfg.patch);
         start_dynamic(cfg);
+        if let Some(p) = &cfg.libcalls
+            && let Err(e) = crate::libcalls::start(p)
+        {
+            crate::diag::diag!("fntrace: {e}");
+        }
     }
     #[cfg(not(feature = "compiler-hooks"))]
-    let _ = cfg;
+    if cfg.libcalls.is_some() {
+        crate::diag::diag!(
+            "fntrace: --libcalls needs the runtime with compiler hooks (libfntrace_preload.so); not recorded"
+        );
+    }
 }
 
 /// Switches every XRay sled and patchable site off again, and closes the
@@ -132,6 +143,7 @@ pub(crate) fn switch_off() {
     #[cfg(feature = "compiler-hooks")]
     {
         crate::dynamic::stop();
+        crate::libcalls::stop();
         crate::xray::api::stop_recording();
         crate::control::socket::stop();
     }
@@ -225,6 +237,7 @@ pub fn note_modules_changed() {
             crate::xray::api::start_recording(&patch);
         }
         crate::dynamic::scan();
+        crate::libcalls::scan();
     }
 }
 
@@ -250,6 +263,8 @@ extern "C" fn after_fork_child() {
     if let Some(Err(e)) = recorder::start_after_fork(&o) {
         crate::diag::diag!("fntrace: child {}: cannot record: {e}", std::process::id());
     }
+    #[cfg(feature = "compiler-hooks")]
+    crate::libcalls::describe_all();
     #[cfg(feature = "compiler-hooks")]
     if crate::control::socket::forget() {
         let _ = crate::control::socket::start();
