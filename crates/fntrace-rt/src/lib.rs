@@ -61,6 +61,7 @@ pub mod hooks;
 #[cfg(feature = "compiler-hooks")]
 pub mod libcalls;
 pub mod markers;
+pub mod sched;
 pub mod site;
 pub mod xray;
 

@@ -119,6 +119,8 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
 /// Switches on the XRay sleds and patchable sites `cfg` selects (and the
 /// control socket).
 fn switch_on(cfg: &Config) {
+    SCHED.store(cfg.sched, std::sync::atomic::Ordering::Relaxed);
+    start_sched();
     #[cfg(feature = "compiler-hooks")]
     {
         crate::xray::api::start_recording(&cfg.patch);
@@ -140,6 +142,7 @@ fn switch_on(cfg: &Config) {
 /// Switches every XRay sled and patchable site off again, and closes the
 /// control socket.
 pub(crate) fn switch_off() {
+    crate::sched::stop();
     #[cfg(feature = "compiler-hooks")]
     {
         crate::dynamic::stop();
@@ -213,6 +216,7 @@ fn start_dynamic(cfg: &Config) {
 /// Other threads stop recording at their next event; their last chunks
 /// stay unsealed (readers handle that).
 pub fn finish() -> Option<Summary> {
+    crate::sched::stop();
     recorder::finish(false, &|f| count::for_each_arc(f))
 }
 
@@ -241,7 +245,20 @@ pub fn note_modules_changed() {
     }
 }
 
+/// `--sched` was asked for (kept for a forked child's session).
+static SCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Starts off-CPU recording if asked; a refusal is a warning.
+fn start_sched() {
+    if SCHED.load(std::sync::atomic::Ordering::Relaxed)
+        && let Err(e) = crate::sched::start()
+    {
+        crate::diag::diag!("fntrace: {e}");
+    }
+}
+
 extern "C" fn at_exit() {
+    crate::sched::stop();
     #[cfg(feature = "compiler-hooks")]
     {
         attach::at_exit();
@@ -260,9 +277,11 @@ extern "C" fn after_fork_child() {
     name.push(format!(".{}", std::process::id()));
     o.path = name.into();
     o.exclusive = true;
+    crate::sched::forget_after_fork();
     if let Some(Err(e)) = recorder::start_after_fork(&o) {
         crate::diag::diag!("fntrace: child {}: cannot record: {e}", std::process::id());
     }
+    start_sched();
     #[cfg(feature = "compiler-hooks")]
     crate::libcalls::describe_all();
     #[cfg(feature = "compiler-hooks")]
