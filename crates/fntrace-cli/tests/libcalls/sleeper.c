@@ -1,9 +1,13 @@
 /* Off-CPU time (tests/libcalls.rs, record --sched): 3 threads each sleep
  * 50 ms 10 times inside nap(), which measures the wall time of its sleeps
- * itself and prints it; spin() burns CPU without sleeping. */
+ * itself and prints it with the thread id; spin() burns CPU without
+ * sleeping. */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static long long now_ns(void) {
     struct timespec t;
@@ -34,7 +38,7 @@ __attribute__((noinline)) void *sleeper(void *arg) {
     spin();
     long long slept = nap();
     pthread_mutex_lock(&out);
-    printf("slept %lld\n", slept);
+    printf("slept %ld %lld\n", (long)syscall(SYS_gettid), slept);
     pthread_mutex_unlock(&out);
     return NULL;
 }
