@@ -144,6 +144,11 @@ struct ExportArgs {
     output: PathBuf,
     #[command(flatten)]
     select: fntrace_cli::select::SelectArgs,
+    /// Folded stacks and flame graph: what a stack's value measures: its
+    /// function's self time (wall), or only the part on CPU or off CPU
+    /// (blocked or preempted; a trace recorded with --sched).
+    #[arg(long, value_enum, default_value = "wall")]
+    weight: fntrace_cli::export::Weight,
 }
 
 // `fntrace info`.
@@ -258,7 +263,9 @@ fn run() -> Result<ExitCode> {
         )?,
         Cmd::Replay(a) => replay::run(&mut out, &a.trace.path, &a.options)?,
         Cmd::Graph(a) => graph::run(&mut out, &a.function, &a.trace.path, a.format, a.depth)?,
-        Cmd::Export(a) => export::run(&a.trace.path, a.format, &a.output, &a.select)?,
+        Cmd::Export(a) => {
+            export::run_weighted(&a.trace.path, a.format, &a.output, &a.select, a.weight)?
+        }
         Cmd::Info(a) => info::run(&mut out, &a.trace.path)?,
         Cmd::Markers(a) => markers::run(&mut out, &a.binary, a.format)?,
         Cmd::Demo(a) => fntrace_cli::demo::run(&mut out, a.n)?,

@@ -150,3 +150,170 @@ fn without_sched_there_is_no_wait_column() {
         assert!(r.self_ns >= slept[&r.tid.unwrap()] / 2);
     }
 }
+
+/// Decodes a Perfetto trace with the upstream protos (as `exports.rs`
+/// does; `protoc` and Python's protobuf are required).
+fn decode_perfetto(dir: &Path, trace: &Path) -> serde_json::Value {
+    let protos = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_protos");
+    let gen_dir = dir.join("perfetto_pb2");
+    std::fs::create_dir_all(&gen_dir).unwrap();
+    let st = std::process::Command::new("protoc")
+        .arg(format!("--python_out={}", gen_dir.display()))
+        .arg(format!("-I{protos}"))
+        .arg(format!("{protos}/perfetto_trace.proto"))
+        .status()
+        .expect("protoc (apt protobuf-compiler) is required");
+    assert!(st.success());
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let out = std::process::Command::new(python)
+        .arg(format!("{protos}/decode.py"))
+        .arg(&gen_dir)
+        .arg(trace)
+        .output()
+        .expect("python3 with protobuf (apt python3-protobuf) is required");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["problems"],
+        serde_json::json!([]),
+        "decoder found problems"
+    );
+    v
+}
+
+fn export(data: &Path, format: &str, out: &Path, extra: &[&str]) {
+    let o = std::process::Command::new(common::fntrace_bin())
+        .arg("export")
+        .arg(data)
+        .args(["--format", format, "-o"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Within 10 % of the measured sleep, and at least 500 ms.
+fn close_to(what: &str, got: u64, slept: u64) {
+    assert!(
+        got >= 500_000_000 && got.abs_diff(slept) * 10 <= slept,
+        "{what}: {got} ns off CPU, the thread measured {slept} ns asleep"
+    );
+}
+
+#[test]
+fn exports_show_off_cpu_slices_and_off_cpu_flame_graphs() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let (data, slept) = record(dir.path(), &exe, "s.data", &["--sched"]);
+
+    // Chrome: complete events of category sched on each thread's off-CPU
+    // track; the blocked ones of a sleeper add up to its sleep (its
+    // other blocked moments are microseconds).
+    let json = dir.path().join("s.json");
+    export(&data, "chrome", &json, &[]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let evs = v["traceEvents"].as_array().unwrap();
+    for (&tid, &s) in &slept {
+        let otid = (1u64 << 32) | u64::from(tid);
+        let blocked: f64 = evs
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == "sched" && e["tid"] == otid)
+            .filter(|e| e["name"] == "off CPU (blocked)")
+            .map(|e| e["dur"].as_f64().unwrap())
+            .sum();
+        close_to(&format!("chrome [{tid}]"), (blocked * 1000.0) as u64, s);
+        assert!(
+            evs.iter().any(|e| e["ph"] == "M" && e["tid"] == otid),
+            "the off-CPU track of {tid} has a name"
+        );
+    }
+
+    // Perfetto, decoded with the upstream protos: an "off CPU" child
+    // track per thread, its slices adding up the same way.
+    let pf = dir.path().join("s.pftrace");
+    export(&data, "perfetto", &pf, &[]);
+    let d = decode_perfetto(dir.path(), &pf);
+    for (&tid, &s) in &slept {
+        let blocked: u64 = d["slices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["tid"] == tid && x["track"] == "off CPU" && x["name"] == "blocked")
+            .map(|x| x["dur"].as_u64().unwrap())
+            .sum();
+        close_to(&format!("perfetto [{tid}]"), blocked, s);
+    }
+    // The calls are still on the thread tracks, unchanged.
+    assert!(
+        d["slices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["name"] == "nap" && x.get("track").is_none())
+    );
+
+    // Off-CPU flame graph: sleeper;nap carries the three sleeps; on-CPU
+    // it carries almost nothing.
+    let total: u64 = slept.values().sum();
+    let folded = |weight: &str| -> HashMap<String, u64> {
+        let f = dir.path().join(format!("{weight}.folded"));
+        export(&data, "folded", &f, &["--weight", weight]);
+        std::fs::read_to_string(&f)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (k, v) = l.rsplit_once(' ').unwrap();
+                (k.to_string(), v.parse().unwrap())
+            })
+            .collect()
+    };
+    let off = folded("off-cpu");
+    let on = folded("on-cpu");
+    let wall = folded("wall");
+    let nap = "sleeper;nap";
+    assert!(
+        off[nap].abs_diff(total) * 10 <= total,
+        "off-CPU {off:?}, slept {total}"
+    );
+    assert!(
+        on.get(nap).copied().unwrap_or(0) * 10 <= total,
+        "on-CPU {on:?}"
+    );
+    // On and off CPU make up the wall-clock self time of every stack.
+    for (k, w) in &wall {
+        let sum = on.get(k).copied().unwrap_or(0) + off.get(k).copied().unwrap_or(0);
+        assert!(
+            sum.abs_diff(*w) <= 2 + w / 1000,
+            "{k}: wall {w}, on + off {sum}"
+        );
+    }
+    let svg = dir.path().join("off.svg");
+    export(&data, "flamegraph", &svg, &["--weight", "off-cpu"]);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("nap") && svg.contains("(off CPU)"));
+
+    // A trace without --sched refuses an on/off-CPU graph in one line.
+    let (plain, _) = record(dir.path(), &exe, "p.data", &[]);
+    let o = std::process::Command::new(common::fntrace_bin())
+        .arg("export")
+        .arg(&plain)
+        .args(["--format", "flamegraph", "--weight", "off-cpu", "-o"])
+        .arg(dir.path().join("x.svg"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--sched") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+}

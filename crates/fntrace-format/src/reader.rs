@@ -468,35 +468,48 @@ impl Trace {
     }
 
     /// The TSC value of a CLOCK_MONOTONIC time `ns`, through the start
-    /// clock pair and [`Trace::tsc_hz`] (what off-CPU intervals are
-    /// placed on the thread timelines with).
+    /// clock pair and [`Trace::tsc_hz`].
     pub fn mono_to_tsc(&self, ns: u64) -> u64 {
         let h = &self.header;
-        let hz = self.tsc_hz() as i128;
-        let dt = ns as i128 - h.start_mono_ns as i128;
-        let t = h.start_tsc as i128 + dt * hz / 1_000_000_000;
-        t.clamp(0, u64::MAX as i128) as u64
+        map_mono(&[(h.start_mono_ns, h.start_tsc)], self.tsc_hz(), ns)
     }
 
     /// The off-CPU intervals of thread `tid` as (switch-out TSC, switch-in
     /// TSC, preempted), sorted and not overlapping; empty without
-    /// `record --sched`.
+    /// `record --sched`. CLOCK_MONOTONIC times are placed on the TSC
+    /// timeline by interpolating between the nearest clock pairs the file
+    /// holds (the start, every chunk header, the finish), so that a drift
+    /// between the two clocks (NTP slewing the monotonic clock) stays
+    /// local.
     pub fn offcpu_tsc(&self, tid: u32) -> Vec<(u64, u64, bool)> {
-        self.meta
-            .offcpu
-            .get(&tid)
-            .map(|v| {
-                v.iter()
-                    .map(|o| {
-                        (
-                            self.mono_to_tsc(o.out_ns),
-                            self.mono_to_tsc(o.in_ns),
-                            o.preempted,
-                        )
-                    })
-                    .collect()
+        let Some(v) = self.meta.offcpu.get(&tid) else {
+            return vec![];
+        };
+        let h = &self.header;
+        let mut pairs: Vec<(u64, u64)> = vec![(h.start_mono_ns, h.start_tsc)];
+        pairs.extend(
+            self.chunks
+                .iter()
+                .filter(|c| {
+                    c.header.base_mono_ns >= h.start_mono_ns && c.header.base_tsc >= h.start_tsc
+                })
+                .map(|c| (c.header.base_mono_ns, c.header.base_tsc)),
+        );
+        if let Some(f) = &self.fin
+            && f.end_mono_ns >= h.start_mono_ns
+            && f.end_tsc >= h.start_tsc
+        {
+            pairs.push((f.end_mono_ns, f.end_tsc));
+        }
+        pairs.sort_unstable();
+        pairs.dedup_by_key(|p| p.0);
+        let hz = self.tsc_hz();
+        v.iter()
+            .map(|o| {
+                let a = map_mono(&pairs, hz, o.out_ns);
+                (a, map_mono(&pairs, hz, o.in_ns).max(a), o.preempted)
             })
-            .unwrap_or_default()
+            .collect()
     }
 
     /// Reads one thread's stream (or the metadata stream, [`META_TID`]).
@@ -890,4 +903,22 @@ impl Iterator for ThreadReader<'_> {
             }
         }
     }
+}
+
+/// Maps CLOCK_MONOTONIC `ns` to a TSC value: linear interpolation between
+/// the two clock pairs `(mono, tsc)` around it (`pairs` sorted by mono,
+/// not empty), or extrapolation at `hz` from the nearest one outside them.
+fn map_mono(pairs: &[(u64, u64)], hz: u64, ns: u64) -> u64 {
+    let i = pairs.partition_point(|p| p.0 <= ns);
+    let (m0, t0) = pairs[i.saturating_sub(1)];
+    if i > 0
+        && let Some(&(m1, t1)) = pairs.get(i)
+        && m1 > m0
+        && t1 >= t0
+    {
+        let t = t0 as u128 + (t1 - t0) as u128 * (ns - m0) as u128 / (m1 - m0) as u128;
+        return t.min(u64::MAX as u128) as u64;
+    }
+    let dt = ns as i128 - m0 as i128;
+    (t0 as i128 + dt * hz as i128 / 1_000_000_000).clamp(0, u64::MAX as i128) as u64
 }
