@@ -36,35 +36,8 @@
 //! recorded and the caller resumes. When nothing records, the trampoline
 //! only tests the session word and jumps on.
 
-use core::sync::atomic::{AtomicU8, Ordering};
-
+use crate::calls::tramp::{VEC_MODE, fntrace_fast_switch_wide};
 use crate::recorder;
-
-/// Width of the vector argument registers saved: 0 SSE (xmm), 1 AVX
-/// (ymm), 2 AVX-512 (zmm). Set once before any slot is hooked.
-static VEC_MODE: AtomicU8 = AtomicU8::new(0);
-
-/// Sets [`VEC_MODE`] from CPUID and XGETBV (whether the OS enabled the
-/// state).
-pub(crate) fn detect_vector_width() {
-    use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
-    let l1 = __cpuid(1);
-    let osxsave = l1.ecx & (1 << 27) != 0;
-    let avx = l1.ecx & (1 << 28) != 0;
-    let mut mode = 0u8;
-    if osxsave && avx {
-        // SAFETY: XGETBV is available when OSXSAVE is set (checked).
-        let xcr0 = unsafe { _xgetbv(0) };
-        if xcr0 & 0x6 == 0x6 {
-            mode = 1;
-            let l7 = __cpuid_count(7, 0);
-            if l7.ebx & (1 << 16) != 0 && xcr0 & 0xe6 == 0xe6 {
-                mode = 2;
-            }
-        }
-    }
-    VEC_MODE.store(mode, Ordering::Relaxed);
-}
 
 /// Rust side: records the entry of library function `key` whose caller's
 /// return address is in `slot`.
@@ -94,6 +67,21 @@ pub unsafe extern "C" fn fntrace_libcall_entry() {
         "endbr64",
         "cmp dword ptr [rip + {session}], 0",
         "je 3f",
+        // The common case in assembly (see `calls::fast`): 7 general
+        // registers pushed (r11, our descriptor, last: `[rsp]`), the key
+        // from the descriptor, the caller's return-address slot 56 bytes
+        // up (our entry rsp), the return taken over as `__fentry__` does.
+        // Vector registers are not touched, except around a chunk switch
+        // (`fntrace_fast_switch_wide` saves them at full width).
+        crate::calls::fast::fast_entry!(
+            crate::calls::fast::fast_push_args!(),
+            "mov r8, qword ptr [r11]\n",
+            crate::calls::fast::check_restored!(),
+            "lea r9, [rsp + 56]\n",
+            crate::calls::fast::frame_hijack!("lea r9, [rsp + 56]\n"),
+            concat!(crate::calls::fast::fast_pop_args!(), "jmp qword ptr [r11 + 8]\n"),
+            crate::calls::fast::fast_pop_args!()
+        ),
         "push rbp",
         "mov rbp, rsp",
         "and rsp, -64",
@@ -196,6 +184,9 @@ pub unsafe extern "C" fn fntrace_libcall_entry() {
         "3:",
         "jmp qword ptr [r11 + 8]",
         session = sym recorder::SESSION,
+        features = sym crate::features::FEATURES,
+        switch = sym fntrace_fast_switch_wide,
+        exit_ptr = sym crate::calls::tramp::EXIT_TRAMPOLINE,
         mode = sym VEC_MODE,
         entry = sym libcall_entry,
     )

@@ -87,6 +87,8 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
         return Err(StartError::AlreadyActive);
     }
     apply_policy(cfg);
+    #[cfg(feature = "compiler-hooks")]
+    crate::calls::tramp::detect_vector_width();
     markers::record::start_recording(&cfg.markers);
     let opts = Options {
         path,
