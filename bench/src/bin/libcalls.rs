@@ -14,7 +14,8 @@
 //! 2. **Overhead of `--sched`.** A producer/consumer pair on a one-slot
 //!    channel (mutex + condition variables: every item is a context switch
 //!    on each side) passes `ITEMS` items; the program measures its own
-//!    wall time. `fntrace record --sched` against `fntrace record`, same
+//!    wall time and its process CPU time (which includes the helper thread
+//!    that reads the context-switch records). `fntrace record --sched` against `fntrace record`, same
 //!    binary, interleaved, median of `ROUNDS`; the number of off-CPU
 //!    intervals the trace holds is printed with it.
 
@@ -50,7 +51,7 @@ fn build(dir: &Path) -> (PathBuf, PathBuf) {
         &calls,
         format!(
             "#include <stdio.h>\n#include <time.h>\nint leaf(int);\n\
-             static long long now(void) {{ struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); \
+             static long long now(void) {{ struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); \
              return t.tv_sec * 1000000000LL + t.tv_nsec; }}\n\
              __attribute__((noinline)) int work(long n) {{ int s = 0; for (long i = 0; i < n; i++) s = leaf(s); return s; }}\n\
              int main(void) {{ long long t0 = now(); int s = work({CALLS}); long long t1 = now(); \
@@ -80,14 +81,16 @@ fn build(dir: &Path) -> (PathBuf, PathBuf) {
              static long slot; static int has;\n\
              static long long now(void) {{ struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); \
              return t.tv_sec * 1000000000LL + t.tv_nsec; }}\n\
+             static long long cpu(void) {{ struct timespec t; clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t); \
+             return t.tv_sec * 1000000000LL + t.tv_nsec; }}\n\
              __attribute__((noinline)) void put(long v) {{ pthread_mutex_lock(&m); while (has) pthread_cond_wait(&empty, &m); \
              slot = v; has = 1; pthread_cond_signal(&full); pthread_mutex_unlock(&m); }}\n\
              __attribute__((noinline)) long get(void) {{ pthread_mutex_lock(&m); while (!has) pthread_cond_wait(&full, &m); \
              long v = slot; has = 0; pthread_cond_signal(&empty); pthread_mutex_unlock(&m); return v; }}\n\
              __attribute__((noinline)) void *producer(void *a) {{ for (long i = 0; i < {ITEMS}; i++) put(i); return a; }}\n\
-             int main(void) {{ long long t0 = now(); pthread_t p; pthread_create(&p, 0, producer, 0); \
+             int main(void) {{ long long t0 = now(), c0 = cpu(); pthread_t p; pthread_create(&p, 0, producer, 0); \
              long s = 0; for (long i = 0; i < {ITEMS}; i++) s += get(); pthread_join(p, 0); \
-             printf(\"ns %lld %ld\\n\", now() - t0, s); return 0; }}\n"
+             long long t1 = now(), c1 = cpu(); printf(\"ns %lld %ld cpu %lld\\n\", t1 - t0, s, c1 - c0); return 0; }}\n"
         ),
     )
     .unwrap();
@@ -109,8 +112,14 @@ fn fntrace() -> PathBuf {
     exe.parent().unwrap().join("fntrace")
 }
 
-/// Runs `cmd`, returns the loop time the program printed (`ns N ...`).
+/// Runs `cmd`, returns the time the program printed (`ns N ...`).
 fn run(cmd: &mut Command) -> u64 {
+    run2(cmd).0
+}
+
+/// Runs `cmd`, returns the times the program printed: `ns N` and, when
+/// printed, `cpu N` (process CPU time).
+fn run2(cmd: &mut Command) -> (u64, u64) {
     let out = cmd.output().expect("run");
     assert!(
         out.status.success(),
@@ -118,15 +127,18 @@ fn run(cmd: &mut Command) -> u64 {
         String::from_utf8_lossy(&out.stderr)
     );
     let s = String::from_utf8_lossy(&out.stdout);
-    s.lines()
-        .find_map(|l| {
-            l.strip_prefix("ns ")?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no timing in {s:?}"))
+    let line = s
+        .lines()
+        .find(|l| l.starts_with("ns "))
+        .unwrap_or_else(|| panic!("no timing in {s:?}"));
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let ns = f[1].parse().unwrap();
+    let cpu = f
+        .iter()
+        .position(|w| *w == "cpu")
+        .and_then(|i| f.get(i + 1)?.parse().ok())
+        .unwrap_or(0);
+    (ns, cpu)
 }
 
 fn median(mut v: Vec<u64>) -> u64 {
@@ -135,6 +147,9 @@ fn median(mut v: Vec<u64>) -> u64 {
 }
 
 fn main() {
+    if let Ok(l) = std::fs::read_to_string("/proc/loadavg") {
+        println!("load average: {}", l.trim());
+    }
     let dir = std::env::temp_dir().join(format!("fntrace-libcalls-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (calls, pc) = build(&dir);
@@ -218,22 +233,36 @@ fn main() {
     }
 
     // 2. --sched on a producer/consumer.
-    let (mut off, mut on) = (vec![], vec![]);
+    let (mut off, mut on, mut off_cpu, mut on_cpu) = (vec![], vec![], vec![], vec![]);
     for _ in 0..ROUNDS {
-        off.push(run(&mut rec(&[], &pc)));
-        on.push(run(&mut rec(&["--sched"], &pc)));
+        let (w, c) = run2(&mut rec(&[], &pc));
+        off.push(w);
+        off_cpu.push(c);
+        let (w, c) = run2(&mut rec(&["--sched"], &pc));
+        on.push(w);
+        on_cpu.push(c);
     }
     let t = fntrace_format::Trace::open(&data).unwrap();
     let intervals: usize = t.metadata().offcpu.values().map(Vec::len).sum();
     let (a, b) = (median(off), median(on));
+    let (ac, bc) = (median(off_cpu), median(on_cpu));
     println!(
         "--sched: producer/consumer, {ITEMS} items through a one-slot channel, median of {ROUNDS}"
     );
-    println!("  fntrace record            {:>10.2} ms", a as f64 / 1e6);
     println!(
-        "  fntrace record --sched    {:>10.2} ms ({intervals} off-CPU intervals in the last trace)",
-        b as f64 / 1e6
+        "  fntrace record            {:>10.2} ms wall {:>10.2} ms process CPU",
+        a as f64 / 1e6,
+        ac as f64 / 1e6
     );
-    println!("  => --sched / without = {:.3}", b as f64 / a as f64);
+    println!(
+        "  fntrace record --sched    {:>10.2} ms wall {:>10.2} ms process CPU ({intervals} off-CPU intervals in the last trace)",
+        b as f64 / 1e6,
+        bc as f64 / 1e6
+    );
+    println!(
+        "  => --sched / without = {:.3} (wall), {:.3} (process CPU)",
+        b as f64 / a as f64,
+        bc as f64 / ac.max(1) as f64
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
