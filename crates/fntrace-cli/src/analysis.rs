@@ -722,6 +722,8 @@ mod tests {
                         func,
                         start: 0,
                         children: 0,
+                        wait_at: 0,
+                        children_wait: 0,
                     });
                 } else {
                     let func = naive.pop().unwrap();
@@ -768,5 +770,22 @@ mod tests {
         assert_eq!(parse_duration("1.5ms"), Some(1_500_000));
         assert_eq!(parse_duration("7"), Some(7));
         assert_eq!(parse_duration("3 weeks"), None);
+    }
+
+    #[test]
+    fn off_cpu_clock_counts_whole_and_partial_intervals() {
+        let mut c = OffCpuClock {
+            iv: vec![(10, 20, false), (30, 35, true), (50, 100, false)],
+            ..OffCpuClock::default()
+        };
+        assert_eq!(c.at(5), 0);
+        assert_eq!(c.at(15), 5);
+        assert_eq!(c.at(20), 10);
+        assert_eq!(c.at(32), 12);
+        assert_eq!(c.at(40), 15);
+        // Earlier than the last read: reads as the last read.
+        assert_eq!(c.at(1), 15);
+        assert_eq!(c.at(75), 40);
+        assert_eq!(c.at(1000), 65);
     }
 }

@@ -150,7 +150,9 @@ fn check(what: &str, data: &Path, out: &str) {
 #[test]
 fn library_calls_in_every_mechanism_and_binding() {
     let dir = tempfile::tempdir().unwrap();
-    let modes: &[(&str, &[&str], &[(&str, &str)])] = &[
+    /// (name, gcc flags, environment of the recording)
+    type Mode<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+    let modes: &[Mode] = &[
         ("fentry-lazy", &["-pg", "-mfentry", "-Wl,-z,lazy"], &[]),
         (
             "fentry-hijack-now",

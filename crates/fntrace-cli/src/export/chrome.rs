@@ -206,9 +206,7 @@ fn offcpu_slices(
         buf,
         ",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":{otid},\"args\":{{\"name\":"
     );
-    buf.extend_from_slice(&json_string(
-        &format!("{tname} off CPU").trim_start().to_string(),
-    ));
+    buf.extend_from_slice(&json_string(format!("{tname} off CPU").trim_start()));
     buf.extend_from_slice(b"}}");
     let mut n = 0;
     for (out, back, preempted) in iv {
