@@ -124,6 +124,19 @@ fn sleeps_are_wait_time_not_self_time() {
         );
     }
 
+    // `info` counts the intervals of the traced threads (main + 3).
+    let out = std::process::Command::new(common::fntrace_bin())
+        .arg("info")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let info = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        info.lines()
+            .any(|l| l.starts_with("# off CPU") && l.contains("on 4 threads")),
+        "{info}"
+    );
+
     // With the library calls recorded, the wait belongs to nanosleep.
     let (data, slept) = record(dir.path(), &exe, "l.data", &["--sched", "--libcalls"]);
     let t = Trace::open(&data).unwrap();
