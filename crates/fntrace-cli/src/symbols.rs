@@ -136,7 +136,9 @@ impl<'m> Symbolizer<'m> {
             return s.name.clone();
         }
         if let Some(f) = self.meta.libfuncs.get(&key) {
-            return f.display_name();
+            // `std::thread::join()@libstdc++.so.6`
+            let lib = f.library.rsplit('/').next().unwrap_or(&f.library);
+            return format!("{}@{lib}", demangle(&f.symbol));
         }
         let Some(i) = self.meta.modules.iter().position(|m| m.contains(key)) else {
             return format!("0x{key:x}");

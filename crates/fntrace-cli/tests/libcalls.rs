@@ -290,3 +290,53 @@ fn arguments_in_every_register_reach_the_library_function() {
         }
     }
 }
+
+#[test]
+fn cpp_exceptions_threads_and_futures_through_library_calls() {
+    // tests/hooks/unwind.cc (exceptions through traced frames, rethrow,
+    // futures, longjmp, signal handlers on alternate stacks) with every
+    // library call recorded: same output as untraced, every call closed,
+    // C++ library functions demangled.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("unwind");
+    tool(
+        "g++",
+        &[
+            "-O2",
+            "-g",
+            "-pg",
+            "-mfentry",
+            "-o",
+            exe.to_str().unwrap(),
+            common::UNWIND_CC,
+            "-lpthread",
+        ],
+    );
+    let plain = Command::new(&exe).output().unwrap();
+    assert!(plain.status.success());
+    let data = dir.path().join("u.data");
+    let out = common::record_cmd(&data, &["--libcalls"], &exe, &[])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, plain.stdout);
+    let t = call_tree(&data);
+    assert_eq!(t.incomplete, 0);
+    t.expect("c++", "pthread_create@libc.so.6", Some("main"), 4);
+    assert!(
+        t.edges
+            .keys()
+            .any(|e| e.1 == "__cxa_allocate_exception@libstdc++.so.6"),
+        "exceptions are allocated through a library call"
+    );
+    // `std::thread::join()@libstdc++.so.6`, cut at its argument list.
+    assert!(
+        t.edges.keys().any(|e| e.1 == "std::thread::join"),
+        "{:?}",
+        t.edges.keys().map(|e| &e.1).collect::<Vec<_>>()
+    );
+}
