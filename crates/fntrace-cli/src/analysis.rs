@@ -133,10 +133,6 @@ struct Open {
     func: u64,
     start: u64,
     children: u64,
-    /// The thread's off-CPU clock at entry.
-    wait_at: u64,
-    /// Off-CPU ticks inside completed children.
-    children_wait: u64,
 }
 
 /// Open frames searched linearly for recursion; frames deeper than this are
@@ -185,28 +181,37 @@ pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummar
     let mut open = OpenCalls::default();
     let mut events = Events::new(trace, tid);
     let mut clock = OffCpuClock::of(trace, tid);
+    // Two copies of the loop: without off-CPU intervals (the common case)
+    // none of their bookkeeping is compiled in.
     if clock.is_empty() {
-        walk_events(&mut open, &mut events, v, &mut None);
+        walk_events::<false>(&mut open, &mut events, v, &mut None);
     } else {
-        walk_events(&mut open, &mut events, v, &mut Some((&mut clock, 0)));
+        walk_events::<true>(&mut open, &mut events, v, &mut Some((&mut clock, 0)));
     }
     events.into_summary()
 }
 
-/// The loop of [`walk_thread`]; `off` is the thread's off-CPU clock and the
-/// index of the next interval to announce, when it has any.
+/// The loop of [`walk_thread`]; with `SCHED`, `off` is the thread's
+/// off-CPU clock and the index of the next interval to announce, and each
+/// open call's off-CPU clock at entry and its children's wait are kept in
+/// a stack of their own (without `SCHED` none of it is compiled in).
 #[inline(always)]
-fn walk_events(
+fn walk_events<const SCHED: bool>(
     open: &mut OpenCalls,
     events: &mut Events<'_>,
     v: &mut dyn Visitor,
     off: &mut Option<(&mut OffCpuClock, usize)>,
 ) {
+    // (off-CPU clock at entry, wait in completed children) per open call.
+    let mut waits: Vec<(u64, u64)> = vec![];
     // Announces the intervals that started before `tsc`.
     let announce = |off: &mut Option<(&mut OffCpuClock, usize)>,
                     v: &mut dyn Visitor,
                     tsc: u64,
                     depth: usize| {
+        if !SCHED {
+            return;
+        }
         if let Some((c, next)) = off {
             while let Some(&(a, b, p)) = c.intervals().get(*next) {
                 if a > tsc {
@@ -218,6 +223,7 @@ fn walk_events(
         }
     };
     let exit = |open: &mut OpenCalls,
+                waits: &mut Vec<(u64, u64)>,
                 v: &mut dyn Visitor,
                 off: &mut Option<(&mut OffCpuClock, usize)>,
                 tsc: u64,
@@ -228,13 +234,16 @@ fn walk_events(
         };
         let end = tsc.max(o.start);
         let dur = end - o.start;
-        let wait = match off {
-            Some((c, _)) => c.at(end).saturating_sub(o.wait_at),
-            None => 0,
-        };
+        let (mut wait, mut children_wait) = (0, 0);
+        if SCHED && let (Some((c, _)), Some((at, cw))) = (off.as_mut(), waits.pop()) {
+            wait = c.at(end).saturating_sub(at);
+            children_wait = cw;
+            if let Some(p) = waits.last_mut() {
+                p.1 = p.1.saturating_add(wait);
+            }
+        }
         if let Some(p) = open.stack.last_mut() {
             p.children = p.children.saturating_add(dur);
-            p.children_wait = p.children_wait.saturating_add(wait);
         }
         v.call(&Call {
             func: o.func,
@@ -245,10 +254,11 @@ fn walk_events(
             recursive,
             incomplete,
             wait,
-            children_wait: o.children_wait,
+            children_wait,
         });
     };
     let enter = |open: &mut OpenCalls,
+                 waits: &mut Vec<(u64, u64)>,
                  v: &mut dyn Visitor,
                  off: &mut Option<(&mut OffCpuClock, usize)>,
                  func: u64,
@@ -256,26 +266,24 @@ fn walk_events(
                  depth| {
         announce(off, v, tsc, open.stack.len());
         v.enter(func, depth, tsc);
-        let wait_at = match off {
-            Some((c, _)) => c.at(tsc),
-            None => 0,
-        };
+        if SCHED && let Some((c, _)) = off.as_mut() {
+            waits.push((c.at(tsc), 0));
+        }
         open.push(Open {
             func,
             start: tsc,
             children: 0,
-            wait_at,
-            children_wait: 0,
         });
     };
+    let w = &mut waits;
     loop {
         match events.step() {
-            Step::Enter { func, tsc, depth } => enter(open, v, off, func, tsc, depth),
-            Step::Exit { tsc } => exit(open, v, off, tsc, false),
+            Step::Enter { func, tsc, depth } => enter(open, w, v, off, func, tsc, depth),
+            Step::Exit { tsc } => exit(open, w, v, off, tsc, false),
             Step::Other => match events.next() {
                 None => break,
-                Some(Event::Enter { func, tsc, depth }) => enter(open, v, off, func, tsc, depth),
-                Some(Event::Exit { tsc, incomplete }) => exit(open, v, off, tsc, incomplete),
+                Some(Event::Enter { func, tsc, depth }) => enter(open, w, v, off, func, tsc, depth),
+                Some(Event::Exit { tsc, incomplete }) => exit(open, w, v, off, tsc, incomplete),
                 Some(Event::Marker { tsc, name, text }) => {
                     announce(off, v, tsc, open.stack.len());
                     v.marker(&name, &text, tsc)
@@ -722,8 +730,6 @@ mod tests {
                         func,
                         start: 0,
                         children: 0,
-                        wait_at: 0,
-                        children_wait: 0,
                     });
                 } else {
                     let func = naive.pop().unwrap();
