@@ -147,6 +147,7 @@ fn main() {
         tsc_hz: hz,
         chunks,
         lost_events: 0,
+        full_tsc: 0,
     };
     f.flush().unwrap();
     let mut file = f.into_inner().unwrap();

@@ -647,18 +647,7 @@ pub fn fmt_ns(ns: u64) -> String {
 /// Parses a duration such as `10us`, `1.5ms`, `2s`, `300ns` (bare numbers
 /// are nanoseconds).
 pub fn parse_duration(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let i = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(i);
-    let v: f64 = num.trim().parse().ok()?;
-    let mult = match unit.trim() {
-        "" | "ns" => 1.0,
-        "us" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        _ => return None,
-    };
-    (v >= 0.0).then_some((v * mult) as u64)
+    fntrace_rt::config::parse_duration(s, 1)
 }
 
 /// A function selector given on the command line (`--filter NAME`):

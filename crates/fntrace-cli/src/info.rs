@@ -59,6 +59,13 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
             Ending::Unfinished => "unfinished (the process died or is still running)",
         }
     )?;
+    let settings = crate::limits::settings_text(trace);
+    if !settings.is_empty() {
+        writeln!(out, "# recorded with {settings}")?;
+    }
+    for n in crate::limits::notes(trace) {
+        writeln!(out, "# limit         {n}")?;
+    }
     if let Some((at, controller)) = meta.attach {
         let since_start = clock.ns(at.saturating_sub(h.start_tsc));
         writeln!(
@@ -196,7 +203,14 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
         damage.extend(t.damage.iter().cloned());
     }
     let lost_bytes: u64 = damage.iter().map(|d| d.lost_bytes).sum();
-    let lost_events: u64 = threads.iter().map(|t| t.lost).sum();
+    // Events dropped by the runtime: its own count when it finished (it
+    // includes events no `Lost` record could be written for, after the
+    // size limit), else the `Lost` records.
+    let lost_events: u64 = threads
+        .iter()
+        .map(|t| t.lost)
+        .sum::<u64>()
+        .max(trace.final_block().map_or(0, |f| f.lost_events));
     if damage.is_empty() && lost_events == 0 {
         writeln!(out, "# damage        none")?;
     } else {

@@ -12,6 +12,7 @@ pub mod error;
 pub mod export;
 pub mod graph;
 pub mod info;
+pub mod limits;
 pub mod live;
 pub mod markers;
 pub mod probe;

@@ -67,10 +67,6 @@ struct RecordArgs {
     /// process").
     #[arg(short = 'p', long = "pid", conflicts_with = "command")]
     pid: Option<i32>,
-    /// With -p: detach after this long (5s, 250ms, 2m); default: at Ctrl-C
-    /// or when the process ends.
-    #[arg(long, requires = "pid")]
-    duration: Option<String>,
     /// The command and its arguments.
     #[arg(
         required_unless_present = "pid",
@@ -237,15 +233,7 @@ fn run() -> Result<ExitCode> {
     match cli.cmd {
         Cmd::Record(a) => {
             if let Some(pid) = a.pid {
-                let d = match &a.duration {
-                    Some(d) => Some(attach::parse_duration(d).ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "bad --duration {d:?}: a positive duration like 5s, 250ms or 2m"
-                        )
-                    })?),
-                    None => None,
-                };
-                return Ok(attach::run(pid, &a.output, &a.options, d)?);
+                return Ok(attach::run(pid, &a.output, &a.options)?);
             }
             return Ok(record::run(&a.output, &a.options, &a.command)?);
         }

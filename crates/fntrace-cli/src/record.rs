@@ -66,6 +66,18 @@ pub struct Options {
     /// column, `replay` and the timeline exports show the switches.
     #[arg(long)]
     pub sched: bool,
+    /// Keep only calls that last at least this long (10us, 1.5ms; bare
+    /// numbers are nanoseconds), with the calls they happened in, like
+    /// uftrace's --time-filter. The trace says so, and `report` counts
+    /// only what was kept.
+    #[arg(short = 't', long = "time-filter", value_name = "TIME")]
+    pub time_filter: Option<String>,
+    /// Stop recording after this long (5s, 250ms, 2m; bare numbers are
+    /// seconds): the program runs on with every site switched off that
+    /// can be. With -p: detach then. Default: until the program ends (or
+    /// Ctrl-C with -p).
+    #[arg(long, value_name = "TIME")]
+    pub duration: Option<String>,
 }
 
 impl Options {
@@ -113,6 +125,32 @@ impl Options {
                 )));
             }
         }
+        let time_filter_ns = match &self.time_filter {
+            Some(s) => config::parse_duration(s, 1)
+                .filter(|&ns| ns > 0)
+                .ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "bad -t/--time-filter {s:?}: a positive duration like 10us, 1.5ms or 2s"
+                    ))
+                })?,
+            None => 0,
+        };
+        let duration_ns = match &self.duration {
+            Some(s) => config::parse_duration(s, 1_000_000_000)
+                .filter(|&ns| ns > 0)
+                .ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "bad --duration {s:?}: a positive duration like 5s, 250ms or 2m"
+                    ))
+                })?,
+            None => 0,
+        };
+        if time_filter_ns > 0 && self.count {
+            return Err(Error::Invalid(
+                "-t/--time-filter and --count do not go together: counting mode keeps no times"
+                    .into(),
+            ));
+        }
         Ok(Config {
             output: None,
             max_size,
@@ -128,6 +166,8 @@ impl Options {
             keep_calls: std::env::var_os(config::ENV_KEEP_CALLS).is_some_and(|v| v == "1"),
             libcalls: self.libcalls.clone(),
             sched: self.sched,
+            time_filter_ns,
+            duration_ns,
         })
     }
 }
@@ -164,19 +204,9 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         _ => output.to_path_buf(),
     };
     let output = std::path::absolute(&output)?;
-    match std::fs::remove_file(&output) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(Error::io_at(format!(
-                "{}: cannot replace",
-                output.display()
-            ))(e));
-        }
-    }
-    // Traces of forked children and exec'd images of an earlier run.
-    for f in crate::tracefile::child_traces(&output) {
-        let _ = std::fs::remove_file(f);
+    // An earlier trace at the same path is kept as `PATH.old`.
+    if let Some(old) = crate::tracefile::keep_old(&output)? {
+        eprintln!("fntrace: the previous trace is kept as {}", old.display());
     }
     check_writable(&output)?;
     warn_unmatched_markers(&prog, &o.markers);
@@ -390,6 +420,9 @@ pub(crate) fn print_summary(output: &Path) {
                     "; the trace has damage, see `fntrace info`"
                 }
             );
+            for n in crate::limits::notes(&t) {
+                eprintln!("fntrace: {n}");
+            }
         }
         Err(e) => eprintln!("fntrace: {e}"),
     }

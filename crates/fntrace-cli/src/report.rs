@@ -355,6 +355,11 @@ pub fn run(
         write_diff(out, &diff_rows(&t, &o), format)?;
         return Ok(());
     }
+    // What the counts are of, when the recording did not keep every call
+    // (on standard error: the table, JSON and CSV stay as they are).
+    for n in crate::limits::notes(&t) {
+        eprintln!("fntrace: note: {}: {n}", path.display());
+    }
     let (mut rows, mut markers) = with_progress(&t, 1, "reading", || {
         report_rows_and_markers(&t, threads, sort, &sel)
     });

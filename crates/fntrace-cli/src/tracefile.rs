@@ -51,6 +51,52 @@ pub fn child_traces(output: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// Makes room for a new recording at `output` without losing the previous
+/// one: an existing `output` (and the traces of its child processes,
+/// `output.PID[.N]`) are renamed to `output.old` (and `output.old.PID[.N]`),
+/// replacing an older `.old` family, as uftrace keeps `uftrace.data.old`.
+/// Returns the `.old` path when there was something to keep.
+pub fn keep_old(output: &Path) -> Result<Option<PathBuf>> {
+    let children = child_traces(output);
+    if std::fs::symlink_metadata(output).is_err() && children.is_empty() {
+        return Ok(None);
+    }
+    let mut old = output.as_os_str().to_os_string();
+    old.push(".old");
+    let old = PathBuf::from(old);
+    let fail = |p: &Path, what: &str| {
+        crate::Error::io_at(format!(
+            "{}: cannot {what} (to keep the previous trace as {})",
+            p.display(),
+            old.display()
+        ))
+    };
+    for f in std::iter::once(old.clone()).chain(child_traces(&old)) {
+        match std::fs::remove_file(&f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fail(&f, "remove")(e)),
+        }
+    }
+    if std::fs::symlink_metadata(output).is_ok() {
+        std::fs::rename(output, &old).map_err(fail(output, "rename"))?;
+    }
+    let name = output.file_name().unwrap_or_default().to_string_lossy();
+    for c in children {
+        let suffix = c
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .strip_prefix(name.as_ref())
+            .unwrap_or_default()
+            .to_string();
+        let mut to = old.as_os_str().to_os_string();
+        to.push(&suffix);
+        std::fs::rename(&c, &to).map_err(fail(&c, "rename"))?;
+    }
+    Ok(Some(old))
+}
+
 /// Opens a trace.
 pub fn open(path: &Path) -> Result<Trace> {
     Ok(Trace::open(path)?)

@@ -329,7 +329,7 @@ fn finish_trace(b: TraceBuilder, end_tsc: u64, path: &Path) {
         end_mono_ns: 0,
         tsc_hz: 1_000_000_000,
         chunks,
-        lost_events: 0,
+        ..Final::default()
     });
     std::fs::write(path, bytes).unwrap();
 }

@@ -72,13 +72,11 @@ fn run_traced(dir: &Path, bin: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The traces of forked children and exec'd images (`DIR/t.data.PID`).
+/// The traces of forked children and exec'd images (`DIR/t.data.PID`),
+/// not those of the run before, which `record` keeps as
+/// `t.data.old[.PID]`.
 fn child_traces(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|f| f.unwrap().path())
-        .filter(|p| p.to_str().unwrap().contains("t.data."))
-        .collect()
+    fntrace_cli::tracefile::child_traces(&dir.join("t.data"))
 }
 
 /// Calls per function name, and calls without a recorded exit.

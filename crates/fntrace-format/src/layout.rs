@@ -8,7 +8,7 @@ pub const MAGIC: [u8; 8] = *b"FNTRACE\0";
 /// Major version: readers refuse other major versions.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version: additions that older readers can skip.
-pub const VERSION_MINOR: u16 = 1;
+pub const VERSION_MINOR: u16 = 2;
 /// Size of the file header; chunk 0 starts here.
 pub const HEADER_SIZE: u32 = 4096;
 /// Default chunk size (header plus payload).
@@ -153,6 +153,11 @@ pub struct Final {
     pub chunks: u64,
     /// Events the runtime counted as dropped, over all threads.
     pub lost_events: u64,
+    /// TSC at which the size limit (or a full disk) first refused a chunk,
+    /// 0 when it never did: from then on the events of a thread that
+    /// needed a new chunk were dropped (counted in `lost_events`). Zero in
+    /// files of version 1.0.
+    pub full_tsc: u64,
 }
 
 impl Final {
@@ -166,6 +171,7 @@ impl Final {
         put_u64(&mut b, 24, self.tsc_hz);
         put_u64(&mut b, 32, self.chunks);
         put_u64(&mut b, 40, self.lost_events);
+        put_u64(&mut b, 64, self.full_tsc);
         let crc = crc32fast::hash(&b[0..124]);
         put_u32(&mut b, 124, crc);
         b
@@ -190,6 +196,7 @@ impl Final {
             tsc_hz: u64_at(b, 24),
             chunks: u64_at(b, 32),
             lost_events: u64_at(b, 40),
+            full_tsc: u64_at(b, 64),
         }))
     }
 }
@@ -341,6 +348,7 @@ mod tests {
             tsc_hz: 7,
             chunks: 8,
             lost_events: 9,
+            full_tsc: 10,
         };
         let mut b = f.encode();
         assert_eq!(Final::decode(&b), Ok(Some(f)));

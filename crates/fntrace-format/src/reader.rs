@@ -102,6 +102,29 @@ pub struct Metadata {
     pub attach: Option<(u64, u64)>,
     /// Set when an attached recording detached: (TSC of the stop, why).
     pub detach: Option<(u64, crate::event::DetachReason)>,
+    /// The settings the recording ran with ([`Record::Setting`]), in the
+    /// order they were recorded.
+    pub settings: Vec<(String, String)>,
+}
+
+impl Metadata {
+    /// The value of setting `key` (the last one recorded), if any.
+    pub fn setting(&self, key: &str) -> Option<&str> {
+        self.settings
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The record-time time filter in nanoseconds (`record -t`): only
+    /// calls that lasted at least this long, and their callers, were
+    /// recorded. 0 when none.
+    pub fn time_filter_ns(&self) -> u64 {
+        self.setting(crate::event::SETTING_TIME_FILTER)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
 }
 
 /// An open trace file.
@@ -348,6 +371,7 @@ impl Trace {
                 Record::Arc { from, to, count } => meta.arcs.push((from, to, count)),
                 Record::Attach { tsc, controller } => meta.attach = Some((tsc, controller)),
                 Record::Detach { tsc, reason } => meta.detach = Some((tsc, reason)),
+                Record::Setting { key, value } => meta.settings.push((key, value)),
                 _ => {}
             }
         }

@@ -36,6 +36,15 @@ pub const ENV_ARGS: &str = "FNTRACE_ARGS";
 pub const ENV_RETVAL: &str = "FNTRACE_RETVAL";
 /// `1`: counting mode (gprof-style arc counts, no timestamps).
 pub const ENV_COUNT: &str = "FNTRACE_COUNT";
+/// Record-time time filter (`record -t`): only calls that last at least
+/// this long, and their callers, are recorded (a duration, see
+/// [`parse_duration`]; bare numbers are nanoseconds).
+pub const ENV_TIME_FILTER: &str = "FNTRACE_TIME_FILTER";
+/// Stop recording this long after the session starts (`record
+/// --duration`); the program runs on with every site switched off that
+/// can be (a duration, see [`parse_duration`]; bare numbers are
+/// nanoseconds).
+pub const ENV_DURATION: &str = "FNTRACE_DURATION";
 /// `-M` marker patterns, one per line.
 pub const ENV_MARKERS: &str = "FNTRACE_MARKERS";
 /// `1`: open the control socket of `fntrace live`.
@@ -159,6 +168,10 @@ pub struct Config {
     pub libcalls: Option<String>,
     /// `--sched`: record off-CPU intervals.
     pub sched: bool,
+    /// Record-time time filter in nanoseconds (0: record every call).
+    pub time_filter_ns: u64,
+    /// Stop recording this many nanoseconds after the start (0: never).
+    pub duration_ns: u64,
 }
 
 impl Default for Config {
@@ -178,6 +191,8 @@ impl Default for Config {
             keep_calls: false,
             libcalls: None,
             sched: false,
+            time_filter_ns: 0,
+            duration_ns: 0,
         }
     }
 }
@@ -308,6 +323,21 @@ impl Config {
                 }
             }
         }
+        for (var, slot) in [
+            (ENV_TIME_FILTER, &mut c.time_filter_ns),
+            (ENV_DURATION, &mut c.duration_ns),
+        ] {
+            if let Some(v) = text(var, &mut invalid).filter(|v| !v.trim().is_empty()) {
+                match parse_duration(&v, 1) {
+                    Some(n) => *slot = n,
+                    None => invalid(
+                        var,
+                        &v,
+                        "not a duration (a number with ns, us, ms, s, m or h)".into(),
+                    ),
+                }
+            }
+        }
         if let Some(v) = text(ENV_DEPTH, &mut invalid).filter(|v| !v.trim().is_empty()) {
             match v.trim().parse::<u32>() {
                 Ok(d) => c.depth = d,
@@ -379,6 +409,14 @@ impl Config {
         if self.depth != 0 {
             v.push((ENV_DEPTH, self.depth.to_string().into()));
         }
+        for (var, ns) in [
+            (ENV_TIME_FILTER, self.time_filter_ns),
+            (ENV_DURATION, self.duration_ns),
+        ] {
+            if ns != 0 {
+                v.push((var, format!("{ns}ns").into()));
+            }
+        }
         for (var, list) in [
             (ENV_FILTER, &self.filter),
             (ENV_NOTRACE, &self.notrace),
@@ -448,6 +486,30 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => (s, 1),
     };
     num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Parses a duration such as `10us`, `1.5ms`, `2s`, `300ns`, `2m` or
+/// `1h` into nanoseconds; a bare number is in units of `bare_ns`
+/// nanoseconds (1 where nanoseconds are the natural unit, 10^9 where
+/// seconds are). Negative, non-finite and absurdly large values (over
+/// 10^9 seconds) are refused.
+pub fn parse_duration(s: &str, bare_ns: u64) -> Option<u64> {
+    let s = s.trim();
+    let i = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(i);
+    let v: f64 = num.trim().parse().ok()?;
+    let mult = match unit.trim() {
+        "" => bare_ns as f64,
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        _ => return None,
+    };
+    let ns = v * mult;
+    (0.0..1e18).contains(&ns).then_some(ns as u64)
 }
 
 /// Parses one `-A`/`-R` spec: `FUNC@arg1,arg2`, `FUNC@args`,
@@ -547,6 +609,8 @@ mod tests {
             keep_calls: true,
             libcalls: Some("^mem|pthread_".into()),
             sched: true,
+            time_filter_ns: 10_000,
+            duration_ns: 30_000_000_000,
         };
         let env: HashMap<String, OsString> = c
             .to_env()
@@ -555,6 +619,19 @@ mod tests {
             .collect();
         let back = Config::from_vars(|k| env.get(k).cloned()).unwrap();
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10us", 1), Some(10_000));
+        assert_eq!(parse_duration("1.5ms", 1), Some(1_500_000));
+        assert_eq!(parse_duration("7", 1), Some(7));
+        assert_eq!(parse_duration("7", 1_000_000_000), Some(7_000_000_000));
+        assert_eq!(parse_duration("2m", 1), Some(120_000_000_000));
+        assert_eq!(parse_duration("3 weeks", 1), None);
+        assert_eq!(parse_duration("-1s", 1), None);
+        assert_eq!(parse_duration("1e30s", 1), None);
+        assert_eq!(parse_duration("", 1), None);
     }
 
     #[test]

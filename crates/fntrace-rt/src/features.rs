@@ -31,3 +31,6 @@ pub(crate) fn set_feature(bit: u32, on: bool) {
 }
 /// Feature bit: `-A`/`-R` argument or return-value capture is configured.
 pub(crate) const FEAT_ARGS: u32 = 8;
+/// Feature bit: the record-time time filter (`record -t`) holds entries
+/// back until their call proves long enough.
+pub(crate) const FEAT_TIME: u32 = 16;

@@ -196,7 +196,7 @@ fn site_entry_filtered(t: &mut ThreadState, site: &'static Site, feat: u32) -> u
     let record = inside
         && t.notrace_regions == 0
         && class != filter::NOTRACE
-        && (feat & FEAT_DEPTH == 0 || filter::depth_ok(t.depth));
+        && (feat & FEAT_DEPTH == 0 || filter::depth_ok(recorder::open_depth(t)));
     let mut mode = 0;
     if record {
         recorder::record_entry_inner(t, site.key());

@@ -55,24 +55,6 @@ pub struct Timings {
     pub fixed: fixup::Fixed,
 }
 
-/// Parses a duration: `5s`, `250ms`, `2m`, `1h`, or plain seconds.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num.trim().parse().ok()?;
-    (v.is_finite() && v > 0.0 && v * mul < 1e9).then(|| Duration::from_secs_f64(v * mul))
-}
-
 /// A field of `/proc/PID/status` (`TracerPid`, `Uid`, ...).
 fn status_field(pid: i32, name: &str) -> Option<String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -219,9 +201,9 @@ extern "C" fn on_signal(sig: libc::c_int) {
     STOP.store(sig, Ordering::Relaxed);
 }
 
-/// Attaches to `pid`, records into `output` until `duration` elapses,
+/// Attaches to `pid`, records into `output` until `--duration` elapses,
 /// Ctrl-C, or the process ends, then detaches.
-pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> Result<ExitCode> {
+pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
     let t0 = Instant::now();
     let exe = check_target(pid)?;
     let ins = instrumentation(pid);
@@ -257,6 +239,9 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
         }
     }
     let mut cfg = o.config()?;
+    // The window's length is ours to keep: the runtime detaches when told.
+    let duration = (cfg.duration_ns > 0).then(|| Duration::from_nanos(cfg.duration_ns));
+    cfg.duration_ns = 0;
     let output = std::path::absolute(output)?;
     if let Some(dir) = output.parent()
         && !dir.is_dir()
@@ -266,15 +251,9 @@ pub fn run(pid: i32, output: &Path, o: &Options, duration: Option<Duration>) -> 
             dir.display()
         )));
     }
-    match std::fs::remove_file(&output) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(Error::io_at(format!(
-                "{}: cannot replace",
-                output.display()
-            ))(e));
-        }
+    // An earlier trace at the same path is kept as `PATH.old`.
+    if let Some(old) = crate::tracefile::keep_old(&output)? {
+        eprintln!("fntrace: the previous trace is kept as {}", old.display());
     }
     cfg.output = Some(output.clone());
     cfg.control = !o.no_control;

@@ -3,9 +3,9 @@
 //! the first undecodable record as a [`DecodeError`].
 
 use super::{
-    DetachReason, LibFuncInfo, ModuleInfo, OffCpu, ProcessInfo, Record, SiteInfo, TAG_ARC,
-    TAG_ARGS, TAG_ATTACH, TAG_DETACH, TAG_LIBFUNC, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_OFFCPU,
-    TAG_PROCESS, TAG_RETVAL, TAG_SITE, TAG_THREAD_EXIT, TAG_THREAD_START,
+    DetachReason, EXT_SETTING, LibFuncInfo, ModuleInfo, OffCpu, ProcessInfo, Record, SiteInfo,
+    TAG_ARC, TAG_ARGS, TAG_ATTACH, TAG_DETACH, TAG_EXT, TAG_LIBFUNC, TAG_LOST, TAG_MARKER,
+    TAG_MODULE, TAG_OFFCPU, TAG_PROCESS, TAG_RETVAL, TAG_SITE, TAG_THREAD_EXIT, TAG_THREAD_START,
 };
 use crate::varint::{get_uvarint, unzigzag};
 
@@ -332,6 +332,13 @@ impl<'a> Decoder<'a> {
                     preempted: flags & 1 != 0,
                 })
             }
+            TAG_EXT => match var(&mut p)? {
+                EXT_SETTING => Record::Setting {
+                    key: string(&mut p)?,
+                    value: string(&mut p)?,
+                },
+                _ => return Some(Record::Unknown { tag }),
+            },
             // Unknown tags are skipped whole: that is what the length is for.
             _ => return Some(Record::Unknown { tag }),
         };

@@ -2,11 +2,12 @@
 //! records to write, their lengths, and the [`Sink`]s they are written
 //! into.
 
+use super::{EXT_SETTING, TAG_ATTACH, TAG_DETACH, TAG_EXT};
 use super::{
     TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SITE,
     TAG_THREAD_EXIT, TAG_THREAD_START,
 };
-use super::{TAG_ATTACH, TAG_DETACH, TAG_LIBFUNC, TAG_OFFCPU};
+use super::{TAG_LIBFUNC, TAG_OFFCPU};
 use crate::varint::{put_uvarint, uvarint_len, zigzag};
 
 /// Destination of framed-record bytes.
@@ -173,6 +174,14 @@ pub enum Framed<'a> {
         /// Bit 0: preempted (runnable) rather than blocked.
         flags: u64,
     },
+    /// A setting the recording ran with (see `docs/FORMAT.md` for the
+    /// keys readers know).
+    Setting {
+        /// Setting name, such as `time-filter-ns`.
+        key: &'a [u8],
+        /// Its value, as text.
+        value: &'a [u8],
+    },
     /// A call-graph arc counted without timestamps (`record --count`).
     Arc {
         /// Return address in the caller (the call site).
@@ -198,6 +207,7 @@ impl Framed<'_> {
             Framed::Detach { .. } => TAG_DETACH,
             Framed::LibFunc { .. } => TAG_LIBFUNC,
             Framed::OffCpu { .. } => TAG_OFFCPU,
+            Framed::Setting { .. } => TAG_EXT,
             Framed::Args { .. } => TAG_ARGS,
             Framed::RetVal { .. } => TAG_RETVAL,
             Framed::Marker { .. } => TAG_MARKER,
@@ -283,6 +293,11 @@ impl Framed<'_> {
             Framed::Detach { tsc, reason } => {
                 put_var(s, tsc);
                 put_var(s, reason);
+            }
+            Framed::Setting { key, value } => {
+                put_var(s, EXT_SETTING);
+                put_bytes(s, key);
+                put_bytes(s, value);
             }
             Framed::Args { values } => {
                 put_var(s, values.len() as u64);

@@ -64,10 +64,36 @@ pub const TAG_ATTACH: u8 = 0x0c;
 /// Framed tag: the runtime detached from the process (metadata).
 pub const TAG_DETACH: u8 = 0x0d;
 /// Framed tag: a shared-library function recorded through its PLT/GOT
-/// entry (metadata, minor version 1).
+/// entry (metadata, minor version 2).
 pub const TAG_LIBFUNC: u8 = 0x0e;
-/// Framed tag: a thread was off CPU (metadata, minor version 1).
+/// Framed tag: a thread was off CPU (metadata, minor version 2).
 pub const TAG_OFFCPU: u8 = 0x0f;
+/// Framed tag: an extension record, whose payload starts with a varint
+/// kind (`EXT_*`). The one-byte tag space (`0x01..=0x0f`) is full; new
+/// records are kinds of this one, and readers skip kinds they do not know.
+pub const TAG_EXT: u8 = 0x07;
+/// Extension kind: a setting the recording ran with (metadata: key,
+/// value), such as the record-time time filter or the size limit.
+pub const EXT_SETTING: u64 = 1;
+
+/// Setting key: the record-time time filter in nanoseconds (`record -t`).
+pub const SETTING_TIME_FILTER: &str = "time-filter-ns";
+/// Setting key: the size limit in bytes (`record --max-size`).
+pub const SETTING_MAX_SIZE: &str = "max-size";
+/// Setting key: recording stops this many nanoseconds after it started
+/// (`record --duration`); the program runs on.
+pub const SETTING_DURATION: &str = "duration-ns";
+/// Setting key: the recorded call depth limit (`record --depth`).
+pub const SETTING_DEPTH: &str = "depth";
+/// Setting key: a `-F` pattern (one record per pattern).
+pub const SETTING_FILTER: &str = "filter";
+/// Setting key: a `-N` pattern (one record per pattern).
+pub const SETTING_NOTRACE: &str = "notrace";
+/// Setting key: a `-P` pattern (one record per pattern).
+pub const SETTING_PATCH: &str = "patch";
+/// Setting key: recording was stopped before the program ended; the
+/// value says why (`duration`). The final block's end time is when.
+pub const SETTING_STOPPED: &str = "stopped";
 
 /// Why an attached recording ended ([`Record::Detach`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,6 +314,13 @@ pub enum Record {
     LibFunc(LibFuncInfo),
     /// A thread's off-CPU interval (metadata).
     OffCpu(OffCpu),
+    /// A setting the recording ran with (metadata).
+    Setting {
+        /// Setting name.
+        key: String,
+        /// Its value.
+        value: String,
+    },
     /// A framed record of a tag this reader does not know (skipped).
     Unknown {
         /// The tag.

@@ -43,7 +43,7 @@ pub(crate) static RUST_ENTRIES: std::sync::atomic::AtomicU64 = std::sync::atomic
 fn hook_decision(t: &ThreadState, func: u64, feat: u32) -> (bool, u32) {
     if feat & features::FEAT_FILTERS == 0 {
         return (
-            feat & features::FEAT_DEPTH == 0 || filter::depth_ok(t.depth),
+            feat & features::FEAT_DEPTH == 0 || filter::depth_ok(recorder::open_depth(t)),
             0,
         );
     }
@@ -57,7 +57,7 @@ fn hook_decision(t: &ThreadState, func: u64, feat: u32) -> (bool, u32) {
     }
     let inside = !filter::has_trace_filters() || t.trace_regions > 0 || class == filter::TRACE;
     let record = inside && t.notrace_regions == 0 && class != filter::NOTRACE;
-    (record && filter::depth_ok(t.depth), flags)
+    (record && filter::depth_ok(recorder::open_depth(t)), flags)
 }
 
 /// Entry of a function whose exit is observed by replacing the return

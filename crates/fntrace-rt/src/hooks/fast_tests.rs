@@ -30,8 +30,7 @@ fn fast_path_events_decode() {
     recorder::start(&Options {
         path: path.clone(),
         max_size: 1 << 30,
-        exclusive: false,
-        follow_fork: false,
+        ..Options::new(path.clone())
     })
     .unwrap();
     let func = probe as *const () as u64;

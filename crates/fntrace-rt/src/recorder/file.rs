@@ -37,6 +37,8 @@ pub(crate) struct Session {
     pub(crate) grow_lock: Mutex<()>,
     pub(crate) finished: AtomicBool,
     pub(crate) lost: AtomicU64,
+    /// TSC at which the size limit first refused a chunk (0: never).
+    pub(crate) full_tsc: AtomicU64,
     pub(crate) threads: AtomicU32,
     pub(crate) header: Header,
     /// The options the session was started with (for forked children).
@@ -76,6 +78,7 @@ pub(crate) fn start_locked(opts: &Options) -> io::Result<PathBuf> {
         ));
     }
     let s: &'static Session = Box::leak(Box::new(create_session(opts)?));
+    super::pending::set_threshold(opts.time_filter_ns, s.header.tsc_hz);
     write_process_metadata(s);
     CURRENT.store(s as *const Session as *mut Session, Ordering::Release);
     SESSION.store(s.id, Ordering::Release);
@@ -196,6 +199,7 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
         grow_lock: Mutex::new(()),
         finished: AtomicBool::new(false),
         lost: AtomicU64::new(0),
+        full_tsc: AtomicU64::new(0),
         threads: AtomicU32::new(0),
         header,
         opts: opts.clone(),
@@ -228,6 +232,15 @@ pub(crate) fn write_process_metadata(s: &Session) {
             cmdline: &cmdline,
         },
     );
+    for (key, value) in &s.opts.settings {
+        write_meta(
+            s,
+            &Framed::Setting {
+                key: key.as_bytes(),
+                value: value.as_bytes(),
+            },
+        );
+    }
     write_modules(s);
 }
 
@@ -329,6 +342,7 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
         tsc_hz: measured.unwrap_or(h.tsc_hz),
         chunks,
         lost_events: s.lost.load(Ordering::Relaxed),
+        full_tsc: s.full_tsc.load(Ordering::Relaxed),
     };
     let fb = fin.encode();
     let len = HEADER_SIZE as u64 + chunks * s.chunk_size as u64;
@@ -344,6 +358,7 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
         bytes: len,
         threads: s.threads.load(Ordering::Relaxed),
         lost_events: fin.lost_events,
+        full_tsc: fin.full_tsc,
     })
 }
 

@@ -18,6 +18,8 @@
 //! - [`state`]: the per-thread state, its TLS block and the offsets the
 //!   assembly fast path uses (the asm↔struct contract, with assertions);
 //! - [`shadow`]: the per-thread shadow stack of open calls;
+//! - [`pending`]: the record-time time filter (entries held back until
+//!   their call proves long enough);
 //! - [`write`]: attaching threads, chunk claiming, event and record
 //!   writing, sealing;
 //! - [`file`]: the trace file of a session, its header and metadata,
@@ -32,6 +34,7 @@
 //! event of an old session writes into valid memory.
 
 pub mod file;
+pub mod pending;
 pub mod shadow;
 pub mod state;
 pub mod write;
@@ -44,7 +47,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use fntrace_format::event::MAX_COMPACT_LEN;
 
 pub use file::flush;
-pub(crate) use file::{finish, forget_after_fork, note_modules, start, start_after_fork};
+pub(crate) use file::{
+    finish, forget_after_fork, note_meta, note_modules, start, start_after_fork,
+};
 
 /// Marks the active session as recorded by attaching to a running
 /// process (controller pid `controller`), now. Returns whether a session
@@ -175,6 +180,12 @@ pub struct Options {
     /// A child created by `fork` records into its own file, `PATH.PID`
     /// (what `fntrace record` asks for); otherwise children record nothing.
     pub follow_fork: bool,
+    /// Record-time time filter in nanoseconds: calls shorter than this
+    /// are not written, except as callers of longer ones (0: off).
+    pub time_filter_ns: u64,
+    /// The settings the recording runs with, written into the trace as
+    /// `Setting` records (key, value; see `fntrace_format::event::SETTING_*`).
+    pub settings: Vec<(String, String)>,
 }
 
 impl Options {
@@ -185,6 +196,8 @@ impl Options {
             max_size: crate::config::DEFAULT_MAX_SIZE,
             exclusive: false,
             follow_fork: false,
+            time_filter_ns: 0,
+            settings: Vec::new(),
         }
     }
 }
@@ -200,6 +213,8 @@ pub struct Summary {
     pub threads: u32,
     /// Events dropped (no space, or reentrant events).
     pub lost_events: u64,
+    /// TSC at which the size limit first refused a chunk (0: never).
+    pub full_tsc: u64,
 }
 
 /// The session `t` is attached to, if it is still the current one.
@@ -217,6 +232,13 @@ fn attached(t: &ThreadState) -> Option<&'static Session> {
 #[inline(always)]
 pub(crate) fn is_active() -> bool {
     SESSION.load(Ordering::Relaxed) != 0
+}
+
+/// The calling thread's open recorded calls, written or held back by the
+/// time filter (what `--depth` limits).
+#[inline(always)]
+pub(crate) fn open_depth(t: &ThreadState) -> u32 {
+    t.depth + pending::unwritten(t)
 }
 
 /// Whether a session is active (after looking at the environment).

@@ -17,6 +17,7 @@ use fntrace_format::layout::CHUNK_HEADER_SIZE;
 
 use super::attached;
 use super::file::Session;
+use super::pending::Pending;
 use super::shadow::Shadow;
 use super::write::close_thread;
 use crate::clock;
@@ -91,6 +92,8 @@ pub(crate) struct ThreadState {
     pub(crate) notrace_regions: u32,
     /// This thread's arc table in counting mode (null until first use).
     pub(crate) arcs: *mut core::ffi::c_void,
+    /// Calls held back by the time filter (see `recorder::pending`).
+    pub(crate) pend: Pending,
 }
 
 thread_local! {

@@ -17,8 +17,10 @@ use fntrace_format::layout::{
 };
 
 use super::file::Session;
+use super::pending;
 use super::state::{Cursor, EXIT_HOOK, ThreadState, state};
 use super::{CURRENT, FIRST_GROW, GROW_STEP, SESSION, SLACK, UNINIT, lazy_start};
+use crate::features::{FEAT_TIME, features};
 use crate::{clock, procinfo};
 
 /// Called by the assembly fast path (through `calls::fast::fntrace_fast_switch`)
@@ -70,9 +72,22 @@ pub(crate) unsafe fn put_long(t: &mut ThreadState, ev: Compact) {
     }
 }
 
+/// Records the entry of `func` now (held back instead while the
+/// record-time time filter is on, see [`super::pending`]).
 #[inline(always)]
 pub(crate) fn record_entry_inner(t: &mut ThreadState, func: u64) {
+    if features() & FEAT_TIME != 0 {
+        pending::enter(t, func);
+        return;
+    }
     let d = t.cur.delta_now();
+    entry_with_delta(t, func, d);
+}
+
+/// Writes an entry of `func` whose delta from the cursor's last timed
+/// record is `d` (the cursor's timeline already advanced by `d`).
+#[inline(always)]
+pub(crate) fn entry_with_delta(t: &mut ThreadState, func: u64, d: u64) {
     let prev = t.cur.last_func;
     let packed = if func == prev {
         pack_entry_same(d)
@@ -99,7 +114,7 @@ pub(crate) fn record_entry_inner(t: &mut ThreadState, func: u64) {
 pub(crate) fn record_exit() {
     let t = state();
     let sid = SESSION.load(Ordering::Relaxed);
-    if t.session != sid || t.busy || t.depth == 0 {
+    if t.session != sid || t.busy || (t.depth == 0 && !pending::any(t)) {
         return;
     }
     t.busy = true;
@@ -110,8 +125,22 @@ pub(crate) fn record_exit() {
 }
 
 /// Writes an exit record; the caller holds `busy` on an attached thread.
+/// (While the time filter is on, the innermost held-back call is decided
+/// instead, see [`super::pending`].)
 #[inline(always)]
 pub(crate) fn exit_inner(t: &mut ThreadState) {
+    if features() & FEAT_TIME != 0 {
+        if t.session != 0 {
+            pending::exit(t);
+        }
+        return;
+    }
+    exit_now(t);
+}
+
+/// Writes an exit record now.
+#[inline(always)]
+pub(crate) fn exit_now(t: &mut ThreadState) {
     if t.depth == 0 || t.session == 0 {
         return;
     }
@@ -179,6 +208,7 @@ pub(crate) fn attach(t: &mut ThreadState, sid: u32) -> bool {
     t.tid = procinfo::gettid();
     t.cur = Cursor::EMPTY;
     t.depth = 0;
+    t.pend.reset();
     t.full = false;
     t.lost = 0;
     t.session_ptr = s;
@@ -221,7 +251,10 @@ pub(crate) fn flush_lost(s: &Session, t: &mut ThreadState) {
     if t.lost > 0 {
         let count = std::mem::take(&mut t.lost);
         s.lost.fetch_add(count, Ordering::Relaxed);
-        write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| Framed::Lost {
+        // Untimed while entries are held back: a timed record now would
+        // come before their (earlier) times in the stream.
+        let timed = !pending::any(t);
+        write_framed(s, &mut t.cur, t.tid, t.depth, timed, |d| Framed::Lost {
             d,
             count,
         });
@@ -233,6 +266,9 @@ pub(crate) fn close_thread(s: &Session, t: &mut ThreadState, exiting: bool) {
     if t.cur.chunk.is_null() {
         return;
     }
+    // Calls still open that already lasted long enough are written (as
+    // calls without exit); the others are dropped.
+    pending::flush_long(t);
     flush_lost(s, t);
     if exiting {
         let mut nb = [0u8; 16];
@@ -258,6 +294,8 @@ pub fn record_marker(name: &str, text: &str) -> bool {
     // SAFETY: the thread is attached (checked above), so its session
     // pointer is set; sessions are leaked.
     let s = unsafe { &*t.session_ptr };
+    // A marker keeps the calls it happened in (time filter).
+    pending::flush(t);
     let ok = write_framed(s, &mut t.cur, t.tid, t.depth, true, |d| Framed::Marker {
         d,
         name: name.as_bytes(),
@@ -311,21 +349,41 @@ pub(crate) fn write_framed<'a>(
 /// Claims a new chunk for stream `tid` (the cursor's next one) and writes
 /// its header; the cursor's timeline restarts at the chunk's base TSC.
 pub(crate) fn claim_chunk(s: &Session, cur: &mut Cursor, tid: u32, depth: u32) -> bool {
+    claim_chunk_at(s, cur, tid, depth, None)
+}
+
+/// [`claim_chunk`] with the chunk's timeline starting at `base` (a TSC in
+/// the past: held-back entries written later carry their own times)
+/// instead of now.
+pub(crate) fn claim_chunk_at(
+    s: &Session,
+    cur: &mut Cursor,
+    tid: u32,
+    depth: u32,
+    base: Option<u64>,
+) -> bool {
     if s.finished.load(Ordering::Acquire) {
         return false;
     }
     let idx = s.next_chunk.fetch_add(1, Ordering::Relaxed);
-    if idx >= s.max_chunks {
-        return false;
-    }
     let end = HEADER_SIZE as usize + (idx as usize + 1) * s.chunk_size;
-    if end > s.mapped.load(Ordering::Acquire) && !grow(s, end) {
+    if idx >= s.max_chunks || (end > s.mapped.load(Ordering::Acquire) && !grow(s, end)) {
+        // The first refusal says from when events were dropped.
+        let _ = s
+            .full_tsc
+            .compare_exchange(0, clock::tsc(), Ordering::Relaxed, Ordering::Relaxed);
         return false;
     }
     let chunk = s
         .base
         .wrapping_add(HEADER_SIZE as usize + idx as usize * s.chunk_size);
-    let (base_tsc, base_mono_ns) = (clock::tsc(), clock::monotonic_ns());
+    let (mut base_tsc, mut base_mono_ns) = (clock::tsc(), clock::monotonic_ns());
+    if let Some(b) = base.filter(|&b| b < base_tsc) {
+        let ticks = u128::from(base_tsc - b);
+        let hz = u128::from(s.header.tsc_hz.max(1));
+        base_mono_ns = base_mono_ns.saturating_sub((ticks * 1_000_000_000 / hz) as u64);
+        base_tsc = b;
+    }
     let seq = if cur.chunk.is_null() { 0 } else { cur.seq + 1 };
     let h = ChunkHeader {
         tid,
@@ -446,6 +504,15 @@ pub(crate) fn write_record<'a>(
     timed: bool,
     make: impl Fn(u64) -> Framed<'a>,
 ) -> bool {
+    if pending::any(t) {
+        // Arguments and return values of a held-back call wait with it;
+        // anything else keeps the calls it happened in.
+        match make(0) {
+            Framed::Args { values } if pending::keep_args(t, values) => return true,
+            Framed::RetVal { value } if pending::keep_retval(t, value) => return true,
+            _ => pending::flush(t),
+        }
+    }
     // SAFETY: only called by an attached thread, whose session pointer is
     // set; sessions are leaked.
     let s = unsafe { &*t.session_ptr };

@@ -17,6 +17,7 @@ pub mod dl;
 #[cfg(feature = "compiler-hooks")]
 pub mod exec;
 mod prof;
+pub mod stop;
 
 use std::io;
 use std::path::PathBuf;
@@ -95,6 +96,8 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
         max_size: cfg.max_size,
         exclusive: cfg.exclusive,
         follow_fork: cfg.exclusive,
+        time_filter_ns: cfg.time_filter_ns,
+        settings: settings(cfg),
     };
     install_process_hooks();
     *PATCH.lock().unwrap_or_else(|e| e.into_inner()) = cfg.patch.clone();
@@ -115,7 +118,37 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     }
     #[cfg(feature = "compiler-hooks")]
     crate::libcalls::describe_all();
+    if cfg.duration_ns > 0 {
+        stop::after(cfg.duration_ns);
+    }
     Ok(path)
+}
+
+/// The settings that shape what `cfg` records, as the trace's `Setting`
+/// records (readers show them and qualify what they count).
+fn settings(cfg: &Config) -> Vec<(String, String)> {
+    use fntrace_format::event::{
+        SETTING_DEPTH, SETTING_DURATION, SETTING_FILTER, SETTING_MAX_SIZE, SETTING_NOTRACE,
+        SETTING_PATCH, SETTING_TIME_FILTER,
+    };
+    let mut v = vec![(SETTING_MAX_SIZE.to_string(), cfg.max_size.to_string())];
+    for (key, n) in [
+        (SETTING_TIME_FILTER, cfg.time_filter_ns),
+        (SETTING_DURATION, cfg.duration_ns),
+        (SETTING_DEPTH, u64::from(cfg.depth)),
+    ] {
+        if n != 0 {
+            v.push((key.to_string(), n.to_string()));
+        }
+    }
+    for (key, list) in [
+        (SETTING_FILTER, &cfg.filter),
+        (SETTING_NOTRACE, &cfg.notrace),
+        (SETTING_PATCH, &cfg.patch),
+    ] {
+        v.extend(list.iter().map(|p| (key.to_string(), p.clone())));
+    }
+    v
 }
 
 /// Switches on the XRay sleds and patchable sites `cfg` selects (and the
@@ -286,6 +319,8 @@ extern "C" fn after_fork_child() {
     start_sched();
     #[cfg(feature = "compiler-hooks")]
     crate::libcalls::describe_all();
+    // The parent's deadline holds for the child's recording too.
+    stop::after_fork();
     #[cfg(feature = "compiler-hooks")]
     if crate::control::socket::forget() {
         let _ = crate::control::socket::start();
