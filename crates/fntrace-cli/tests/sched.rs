@@ -330,3 +330,49 @@ fn exports_show_off_cpu_slices_and_off_cpu_flame_graphs() {
         "{err}"
     );
 }
+
+#[test]
+fn a_refused_perf_event_open_is_one_warning_and_the_recording_goes_on() {
+    // perf_event_open refused (a shim preloaded after the runtime answers
+    // EACCES, as kernel.perf_event_paranoid 3 would): one line naming
+    // --sched, the cause and the remedy; the program and its trace are
+    // complete, only without off-CPU time.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let shim = dir.path().join("deny_perf.so");
+    common::tool(
+        "gcc",
+        &[
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            shim.to_str().unwrap(),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/libcalls/deny_perf.c"),
+            "-ldl",
+        ],
+    );
+    let data = dir.path().join("d.data");
+    let out = common::record_cmd(&data, &["--sched"], &exe, &[])
+        .env("LD_PRELOAD", &shim)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warn: Vec<&str> = err.lines().filter(|l| l.contains("--sched")).collect();
+    assert_eq!(warn.len(), 1, "{err}");
+    assert!(
+        warn[0].contains("Permission denied")
+            && warn[0].contains("perf_event_paranoid")
+            && warn[0].contains("CAP_PERFMON")
+            && warn[0].contains("without off-CPU time"),
+        "{}",
+        warn[0]
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+    let t = Trace::open(&data).unwrap();
+    assert!(t.metadata().offcpu.is_empty());
+    let rows = report_rows(&t, true, SortKey::Total);
+    assert_eq!(rows_of(&rows, "nap").len(), 3);
+    assert!(rows.iter().all(|r| r.wait_ns.is_none()));
+}
