@@ -40,6 +40,7 @@ fn header(tid: u32, seq: u32, depth: u32, tsc: u64) -> ChunkHeader {
         flags: 0,
         payload_len: 0,
         payload_crc: 0,
+        events: None,
     }
 }
 
@@ -70,6 +71,7 @@ fn main() {
         start_mono_ns: 0,
         start_realtime_ns: 0,
         pid: 1,
+        ring_chunks: 0,
     };
     let mut head = vec![0u8; HEADER_SIZE as usize];
     head[..FINAL_OFFSET].copy_from_slice(&h.encode());
@@ -148,6 +150,8 @@ fn main() {
         chunks,
         lost_events: 0,
         full_tsc: 0,
+        events: 0,
+        overwritten: 0,
     };
     f.flush().unwrap();
     let mut file = f.into_inner().unwrap();

@@ -33,6 +33,87 @@ fn utc(ns: u64) -> String {
     )
 }
 
+/// The window a flight-recorder trace (`record --ring`) holds.
+#[derive(Debug, Clone)]
+pub struct RingWindow {
+    /// Chunks in the ring.
+    pub ring_chunks: u64,
+    /// Chunks overwritten (older thread chunks no longer in the file).
+    pub overwritten_chunks: u64,
+    /// Bytes of the ring (header excluded).
+    pub ring_bytes: u64,
+    /// Window start and end, ns since the recording started.
+    pub start_ns: u64,
+    /// See `start_ns`.
+    pub end_ns: u64,
+    /// Latest of the threads' window starts (every thread is complete
+    /// from there on), ns since the recording started.
+    pub all_from_ns: u64,
+}
+
+impl RingWindow {
+    /// One line: window and what was overwritten.
+    pub fn summary(&self) -> String {
+        format!(
+            "window {} to {} after the start ({}), {} chunks ({} bytes) overwritten{}",
+            fmt_ns(self.start_ns),
+            fmt_ns(self.end_ns),
+            fmt_ns(self.end_ns.saturating_sub(self.start_ns)),
+            self.overwritten_chunks,
+            self.overwritten_chunks
+                .saturating_mul(self.ring_bytes / self.ring_chunks.max(1)),
+            if self.all_from_ns > self.start_ns {
+                format!(", every thread from {}", fmt_ns(self.all_from_ns))
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
+/// The window of a flight-recorder trace, from its chunk headers (no
+/// decoding); `None` for other traces.
+pub fn ring_window(trace: &Trace) -> Option<RingWindow> {
+    let h = trace.header();
+    if h.flags & fntrace_format::layout::HDR_FLAG_RING == 0 {
+        return None;
+    }
+    let clock = Clock::of(trace);
+    let mut over = 0u64;
+    let (mut start, mut end, mut all_from) = (u64::MAX, h.start_tsc, h.start_tsc);
+    for tid in trace.thread_ids() {
+        let mut first = true;
+        for c in trace.thread_chunks(tid) {
+            if first {
+                over = over.saturating_add(u64::from(c.header.seq));
+                start = start.min(c.header.base_tsc);
+                if c.header.seq > 0 {
+                    all_from = all_from.max(c.header.base_tsc);
+                }
+                first = false;
+            }
+            end = end.max(c.header.base_tsc);
+        }
+    }
+    if let Some(f) = trace.final_block() {
+        end = end.max(f.end_tsc);
+    }
+    let start = if start == u64::MAX {
+        h.start_tsc
+    } else {
+        start
+    };
+    let since = |t: u64| clock.ns(t.saturating_sub(h.start_tsc));
+    Some(RingWindow {
+        ring_chunks: h.ring_chunks,
+        overwritten_chunks: over,
+        ring_bytes: h.ring_chunks.saturating_mul(u64::from(h.chunk_size)),
+        start_ns: since(start),
+        end_ns: since(end),
+        all_from_ns: since(all_from),
+    })
+}
+
 /// Writes `fntrace info`.
 pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
     let h = trace.header();
@@ -114,7 +195,8 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
     for tid in trace.thread_ids() {
         threads.push(walk_thread(trace, tid, &mut Nop));
     }
-    let events: u64 = threads.iter().map(|t| t.events).sum();
+    // The writer's counts (final block, chunk headers).
+    let events = trace.event_count(None).events;
     let first = threads
         .iter()
         .map(|t| t.first_tsc)
@@ -132,6 +214,15 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
         fmt_ns(clock.ns(last.saturating_sub(first.min(h.start_tsc))))
     )?;
     writeln!(out, "# events        {events}")?;
+    if let Some(w) = ring_window(trace) {
+        writeln!(
+            out,
+            "# ring          {} bytes ({} chunks); {}",
+            w.ring_bytes,
+            w.ring_chunks,
+            w.summary()
+        )?;
+    }
     writeln!(
         out,
         "# size          {} bytes ({:.2} bytes per event)",

@@ -16,11 +16,13 @@ pub mod limits;
 pub mod live;
 pub mod markers;
 pub mod probe;
+pub mod progress;
 pub mod record;
 pub mod replay;
 pub mod report;
 pub mod select;
 pub mod signals;
+pub mod snapshot;
 pub mod symbols;
 pub mod tracefile;
 

@@ -191,6 +191,10 @@ struct LiveArgs {
     /// Switch these functions off (regular expression; repeatable).
     #[arg(short = 'N', long = "disable", value_name = "REGEX")]
     disable: Vec<String>,
+    /// `snapshot`: where to write the copy of the trace (default
+    /// `TRACE.snapshot.N`).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
 }
 
 /// The workload of `fntrace demo`, instrumented like user code (it has to
@@ -257,6 +261,16 @@ fn run() -> Result<ExitCode> {
         Cmd::Info(a) => info::run(&mut out, &a.trace.path)?,
         Cmd::Markers(a) => markers::run(&mut out, &a.binary, a.format)?,
         Cmd::Demo(a) => fntrace_cli::demo::run(&mut out, a.n)?,
+        Cmd::Live(a) if a.command.first().is_some_and(|c| c == "snapshot") => {
+            if a.command.len() > 1 {
+                return Err(fntrace_cli::Error::Invalid(format!(
+                    "live PID snapshot takes no argument but -o PATH (got {:?})",
+                    &a.command[1..]
+                ))
+                .into());
+            }
+            return Ok(fntrace_cli::snapshot::run(a.pid, a.output.as_deref())?);
+        }
         Cmd::Live(a) => return Ok(live::run(a.pid, &a.command, &a.enable, &a.disable)?),
         Cmd::DemoWorkload(a) => writeln!(out, "{}", demo::run(a.n))?,
     }

@@ -51,6 +51,15 @@ pub struct Options {
     /// patchable entries). Repeatable.
     #[arg(short = 'R', long = "retval", value_name = "FUNC[@retval]")]
     pub retval: Vec<String>,
+    /// Flight recorder: keep only the most recent events in a trace file
+    /// of this size (e.g. 64M), overwriting the oldest chunks.
+    #[arg(long, value_name = "SIZE")]
+    pub ring: Option<String>,
+    /// Flight recorder: on this signal (SIGUSR1, SIGUSR2 or a real-time
+    /// signal number) the program writes a snapshot of its trace to
+    /// `OUTPUT.snapshot.N` and goes on.
+    #[arg(long, value_name = "SIGNAL")]
+    pub snapshot_signal: Option<String>,
     /// Do not open the control socket `fntrace live` talks to.
     #[arg(long)]
     pub no_control: bool,
@@ -93,6 +102,25 @@ impl Options {
                 ))
             })?,
             None => config::DEFAULT_MAX_SIZE,
+        };
+        let ring = match &self.ring {
+            Some(s) => match config::parse_size(s) {
+                Some(n) if n >= 1 << 20 => n,
+                _ => {
+                    return Err(Error::Invalid(format!(
+                        "bad --ring {s:?}: not a size of at least 1M (bytes, or a number with K, M or G)"
+                    )));
+                }
+            },
+            None => 0,
+        };
+        let snapshot_signal = match &self.snapshot_signal {
+            Some(s) => config::parse_signal(s).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "bad --snapshot-signal {s:?}: expected SIGUSR1, SIGUSR2 or a real-time signal number (34 to 64)"
+                ))
+            })?,
+            None => 0,
         };
         for r in self.filter.iter().chain(&self.notrace).chain(&self.patch) {
             regex::Regex::new(r).map_err(Error::pattern(format!("bad function pattern {r:?}")))?;
@@ -168,6 +196,9 @@ impl Options {
             sched: self.sched,
             time_filter_ns,
             duration_ns,
+            ring,
+            snapshot_signal,
+            ..Config::default()
         })
     }
 }
@@ -254,8 +285,13 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
             child.id()
         );
     }
+    // Progress on a terminal, from the live counters the runtime keeps in
+    // the trace file's header page.
+    let progress = std::io::IsTerminal::is_terminal(&io::stderr())
+        .then(|| crate::progress::Progress::start(output.clone()));
     // Stop forwarding before the child is reaped (its pid could be reused).
     crate::signals::wait_exited(child.id());
+    drop(progress);
     crate::signals::restore();
     let status = child
         .wait()
@@ -375,45 +411,28 @@ fn warn_unmatched_markers(prog: &Path, patterns: &[String]) {
     }
 }
 
-/// Prints what the trace at `output` holds (events, threads, size, damage).
+/// Prints what the trace at `output` holds (events, threads, size,
+/// damage), from the counts the writer keeps (the final block, else the
+/// chunk headers; only chunks without a count are decoded).
 pub(crate) fn print_summary(output: &Path) {
     match Trace::open(output) {
         Ok(t) => {
-            let events: u64 = t
-                .thread_ids()
-                .into_iter()
-                .map(|tid| {
-                    // The fast path: compact events are not built
-                    // into records.
-                    let mut r = t.stream(tid);
-                    let mut n = 0u64;
-                    while let Some(it) = r.next_fast() {
-                        n += match it {
-                            fntrace_format::reader::FastItem::Other(o) => matches!(
-                                *o,
-                                fntrace_format::reader::StreamItem::Record(
-                                    fntrace_format::Record::Entry { .. }
-                                        | fntrace_format::Record::Exit { .. }
-                                )
-                            )
-                                as u64,
-                            _ => 1,
-                        };
-                    }
-                    n
-                })
-                .sum();
+            let events = t.event_count(None).events;
             let arcs = t.metadata().arcs.len();
             let what = if arcs > 0 {
                 format!("{arcs} call-graph arcs")
             } else {
                 format!("{events} events from {} threads", t.thread_ids().len())
             };
+            let ring = crate::info::ring_window(&t)
+                .map(|w| format!("; flight recorder: {}", w.summary()))
+                .unwrap_or_default();
             eprintln!(
-                "fntrace: recorded {} into {} ({} bytes){}",
+                "fntrace: recorded {} into {} ({} bytes){}{}",
                 what,
                 output.display(),
                 t.file_len(),
+                ring,
                 if t.damage().is_empty() {
                     ""
                 } else {

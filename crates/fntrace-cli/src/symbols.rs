@@ -5,6 +5,11 @@
 //! v0 and C++ names).
 //! Unknown addresses print as `module+0xoffset`. Results are cached.
 
+/// Name of a frame whose entry is not in the trace (a call already open
+/// where the readable part of its thread starts: a flight recorder's
+/// window, or the chunk after damage).
+pub const BEFORE_WINDOW: &str = "(entered before the window)";
+
 use rustc_hash::FxHashMap as HashMap;
 
 use std::path::Path;
@@ -132,6 +137,12 @@ impl<'m> Symbolizer<'m> {
     }
 
     fn resolve(&mut self, key: u64) -> String {
+        if key == 0 {
+            // The frames readers put in for calls that were open where a
+            // stream's readable part starts (a flight recorder's window, a
+            // gap): their entries are not in the trace.
+            return BEFORE_WINDOW.into();
+        }
         if let Some(s) = self.meta.sites.get(&key) {
             return s.name.clone();
         }

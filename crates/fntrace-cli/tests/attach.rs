@@ -691,3 +691,69 @@ fn attaching_to_another_users_process_is_refused() {
     assert_eq!(e.trim().lines().count(), 1, "{e}");
     t.quit();
 }
+
+/// `record -p --ring`: the flight recorder on an attached process keeps a
+/// bounded window that reads without damage, every thread's calls nested
+/// as the program makes them (calls open at the window's start included).
+#[test]
+fn attach_with_a_ring_keeps_a_bounded_window() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(d.path(), "fentry");
+    // Unpaced workers: the 1 MiB ring wraps within the window.
+    let mut child = Command::new(&bin)
+        .arg("0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut l = String::new();
+    output.read_line(&mut l).unwrap();
+    assert!(l.starts_with("ready "), "{l}");
+    let out = d.path().join("ring.data");
+    let o = attach_cmd(child.id() as i32, &out, Some("2s"), &["--ring", "1M"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("flight recorder: window"), "{err}");
+    let t = Trace::open(&out).unwrap();
+    assert!(t.damage().is_empty(), "{:?}", t.damage());
+    assert!(t.file_len() <= 1 << 20);
+    let w = fntrace_cli::info::ring_window(&t).unwrap();
+    assert!(w.overwritten_chunks > 0, "the ring never wrapped");
+    struct Nest<'m>(fntrace_cli::symbols::Symbolizer<'m>, Vec<String>);
+    impl fntrace_cli::analysis::Visitor for Nest<'_> {
+        fn enter(&mut self, func: u64, depth: usize, _tsc: u64) {
+            let n = self
+                .0
+                .name(func)
+                .rsplit("::")
+                .next()
+                .unwrap_or("")
+                .to_string();
+            self.1.truncate(depth);
+            let parent = self.1.last().cloned().unwrap_or_default();
+            let ok = match n.as_str() {
+                "middle" => parent == "outer" || parent == fntrace_cli::symbols::BEFORE_WINDOW,
+                "leaf_mul" => parent == "middle" || parent == fntrace_cli::symbols::BEFORE_WINDOW,
+                _ => true,
+            };
+            assert!(ok, "{n} called from {parent:?}");
+            self.1.push(n);
+        }
+        fn call(&mut self, c: &fntrace_cli::analysis::Call) {
+            assert!(c.end >= c.start);
+        }
+    }
+    for tid in t.thread_ids() {
+        let s = fntrace_cli::analysis::walk_thread(
+            &t,
+            tid,
+            &mut Nest(fntrace_cli::symbols::Symbolizer::new(t.metadata()), vec![]),
+        );
+        assert!(s.damage.is_empty(), "{:?}", s.damage);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

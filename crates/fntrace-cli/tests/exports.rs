@@ -288,6 +288,7 @@ fn chunk_header(tid: u32, seq: u32, depth: u32, base_tsc: u64) -> ChunkHeader {
         flags: 0,
         payload_len: 0,
         payload_crc: 0,
+        events: None,
     }
 }
 
@@ -304,6 +305,7 @@ fn synthetic_trace(functions: &[(u64, &str)]) -> TraceBuilder {
         start_mono_ns: 0,
         start_realtime_ns: 0,
         pid: 7,
+        ring_chunks: 0,
     });
     let mut meta = b.new_chunk(&chunk_header(META_TID, 0, 0, 1000));
     for &(key, name) in functions {

@@ -290,7 +290,10 @@ fn interesting(rng: &mut StdRng, width: usize, old: u64) -> u64 {
 fn random_mutation(rng: &mut StdRng, b: &[u8]) -> Mutation {
     let nchunks = used_chunks(b).len().max(1);
     let chunk = rng.gen_range(0..nchunks);
-    const HEADER: [(usize, usize); 8] = [
+    // Format 1.1 fields included: the ring flag (20) and size (60), the
+    // writer's event total and overwritten count (final 48, 56), a chunk's
+    // event count and its check (48, 52).
+    const HEADER: [(usize, usize); 9] = [
         (12, 4),
         (16, 4),
         (20, 4),
@@ -299,9 +302,19 @@ fn random_mutation(rng: &mut StdRng, b: &[u8]) -> Mutation {
         (40, 8),
         (48, 8),
         (56, 4),
+        (60, 8),
     ];
-    const FINAL: [(usize, usize); 6] = [(4, 4), (8, 8), (16, 8), (24, 8), (32, 8), (40, 8)];
-    const CHUNK: [(usize, usize); 8] = [
+    const FINAL: [(usize, usize); 8] = [
+        (4, 4),
+        (8, 8),
+        (16, 8),
+        (24, 8),
+        (32, 8),
+        (40, 8),
+        (48, 8),
+        (56, 8),
+    ];
+    const CHUNK: [(usize, usize); 10] = [
         (4, 4),
         (8, 4),
         (12, 4),
@@ -310,6 +323,8 @@ fn random_mutation(rng: &mut StdRng, b: &[u8]) -> Mutation {
         (24, 8),
         (36, 4),
         (40, 4),
+        (48, 4),
+        (52, 4),
     ];
     match rng.gen_range(0..20) {
         0..=1 => {

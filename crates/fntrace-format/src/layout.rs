@@ -25,10 +25,24 @@ pub const META_TID: u32 = 0;
 /// Header flag: the TSC runs at a constant rate and does not stop in idle
 /// states (`constant_tsc` and `nonstop_tsc`).
 pub const HDR_FLAG_TSC_INVARIANT: u32 = 1;
+/// Header flag (minor 1): the file is a flight-recorder ring of
+/// `ring_chunks` chunks whose oldest were overwritten.
+pub const HDR_FLAG_RING: u32 = 2;
 /// Final-block flag: the process finished recording cleanly.
 pub const FINAL_FLAG_CLEAN: u32 = 1;
 /// Chunk flag: the chunk is sealed; `payload_len` and `payload_crc` are valid.
 pub const CHUNK_FLAG_SEALED: u32 = 1;
+/// Final-block flag (minor 1): `events` holds the writer's count of the
+/// events in the file.
+pub const FINAL_FLAG_EVENTS: u32 = 2;
+/// Offset of the event count of a chunk (u32 events, u32 check; minor 1).
+pub const CHUNK_COUNT_OFFSET: usize = 48;
+/// Offset of the live counters block inside the header page (minor 1).
+pub const LIVE_OFFSET: usize = 256;
+/// Size of the live counters block.
+pub const LIVE_SIZE: usize = 64;
+/// Magic of the live counters block (`"FLIV"`).
+pub const LIVE_MAGIC: u32 = u32::from_le_bytes(*b"FLIV");
 
 /// Offset of the final block inside the header.
 pub const FINAL_OFFSET: usize = 128;
@@ -77,6 +91,8 @@ pub struct Header {
     pub start_realtime_ns: u64,
     /// Process id of the traced process.
     pub pid: u32,
+    /// Flight recorder: chunks in the ring (0 when not a ring; minor 1).
+    pub ring_chunks: u64,
 }
 
 impl Header {
@@ -94,6 +110,7 @@ impl Header {
         put_u64(&mut b, 40, self.start_mono_ns);
         put_u64(&mut b, 48, self.start_realtime_ns);
         put_u32(&mut b, 56, self.pid);
+        put_u64(&mut b, 60, self.ring_chunks);
         let crc = crc32fast::hash(&b[0..124]);
         put_u32(&mut b, 124, crc);
         b
@@ -113,6 +130,7 @@ impl Header {
             start_mono_ns: u64_at(b, 40),
             start_realtime_ns: u64_at(b, 48),
             pid: u32_at(b, 56),
+            ring_chunks: u64_at(b, 60),
         }
     }
 
@@ -158,6 +176,12 @@ pub struct Final {
     /// needed a new chunk were dropped (counted in `lost_events`). Zero in
     /// files of version 1.0.
     pub full_tsc: u64,
+    /// Entry and exit events in the file, counted by the writer (valid
+    /// when `flags` has [`FINAL_FLAG_EVENTS`]; minor 1).
+    pub events: u64,
+    /// Flight recorder: chunks overwritten (handed out minus the ring's
+    /// chunks; minor 1).
+    pub overwritten: u64,
 }
 
 impl Final {
@@ -172,6 +196,8 @@ impl Final {
         put_u64(&mut b, 32, self.chunks);
         put_u64(&mut b, 40, self.lost_events);
         put_u64(&mut b, 64, self.full_tsc);
+        put_u64(&mut b, 48, self.events);
+        put_u64(&mut b, 56, self.overwritten);
         let crc = crc32fast::hash(&b[0..124]);
         put_u32(&mut b, 124, crc);
         b
@@ -197,7 +223,14 @@ impl Final {
             chunks: u64_at(b, 32),
             lost_events: u64_at(b, 40),
             full_tsc: u64_at(b, 64),
+            events: u64_at(b, 48),
+            overwritten: u64_at(b, 56),
         }))
+    }
+
+    /// The writer's event count, when the final block has one.
+    pub fn events(&self) -> Option<u64> {
+        (self.flags & FINAL_FLAG_EVENTS != 0).then_some(self.events)
     }
 }
 
@@ -220,6 +253,9 @@ pub struct ChunkHeader {
     pub payload_len: u32,
     /// CRC-32 of the used payload (valid when sealed).
     pub payload_crc: u32,
+    /// Entry and exit events in the payload, counted by the writer after
+    /// the seal (minor 1): `None` when absent or not matching the seal.
+    pub events: Option<u32>,
 }
 
 impl ChunkHeader {
@@ -248,6 +284,16 @@ impl ChunkHeader {
         b
     }
 
+    /// Encodes bytes 48..56: the event count of a sealed chunk and its
+    /// check (a CRC-32 over the payload length, payload CRC and count, so
+    /// that a count only holds for the seal it was made for).
+    pub fn encode_count(payload_len: u32, payload_crc: u32, events: u32) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        put_u32(&mut b, 0, events);
+        put_u32(&mut b, 4, count_check(payload_len, payload_crc, events));
+        b
+    }
+
     /// Decodes a chunk header.
     pub fn decode(b: &[u8; CHUNK_HEADER_SIZE]) -> Result<ChunkHeader, ChunkProblem> {
         if b.iter().all(|&x| x == 0) {
@@ -259,15 +305,81 @@ impl ChunkHeader {
         if crc32fast::hash(&b[4..32]) != u32_at(b, 32) {
             return Err(ChunkProblem::Checksum);
         }
+        let (flags, payload_len, payload_crc) = (u32_at(b, 36), u32_at(b, 40), u32_at(b, 44));
+        let events = u32_at(b, CHUNK_COUNT_OFFSET);
+        let counted = flags & CHUNK_FLAG_SEALED != 0
+            && u32_at(b, CHUNK_COUNT_OFFSET + 4) == count_check(payload_len, payload_crc, events);
         Ok(ChunkHeader {
             tid: u32_at(b, 4),
             seq: u32_at(b, 8),
             depth: u32_at(b, 12),
             base_tsc: u64_at(b, 16),
             base_mono_ns: u64_at(b, 24),
-            flags: u32_at(b, 36),
-            payload_len: u32_at(b, 40),
-            payload_crc: u32_at(b, 44),
+            flags,
+            payload_len,
+            payload_crc,
+            events: counted.then_some(events),
+        })
+    }
+}
+
+fn count_check(payload_len: u32, payload_crc: u32, events: u32) -> u32 {
+    let mut b = [0u8; 12];
+    put_u32(&mut b, 0, payload_len);
+    put_u32(&mut b, 4, payload_crc);
+    put_u32(&mut b, 8, events);
+    crc32fast::hash(&b) ^ 0x4556_4e54
+}
+
+/// The live counters block (header bytes 256..320, minor 1): what a
+/// recording has written so far, updated by the runtime while it records
+/// (every few milliseconds) so that another process can show progress by
+/// reading the file. Not used by readers of a finished trace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Live {
+    /// Entry and exit events in chunks counted so far (full chunks; the
+    /// chunks threads are still filling are not included).
+    pub events: u64,
+    /// Chunks handed out so far.
+    pub chunks: u64,
+    /// Events dropped so far.
+    pub lost_events: u64,
+    /// CLOCK_MONOTONIC (ns) of the update.
+    pub mono_ns: u64,
+    /// Bytes of trace memory resident in the traced process (the helper's
+    /// estimate: chunks mapped and not yet dropped).
+    pub resident: u64,
+}
+
+impl Live {
+    /// Encodes the block, checksum included.
+    pub fn encode(&self) -> [u8; LIVE_SIZE] {
+        let mut b = [0u8; LIVE_SIZE];
+        put_u32(&mut b, 0, LIVE_MAGIC);
+        put_u64(&mut b, 8, self.events);
+        put_u64(&mut b, 16, self.chunks);
+        put_u64(&mut b, 24, self.lost_events);
+        put_u64(&mut b, 32, self.mono_ns);
+        put_u64(&mut b, 40, self.resident);
+        let crc = crc32fast::hash(&b[0..60]);
+        put_u32(&mut b, 60, crc);
+        b
+    }
+
+    /// Decodes a block; `None` when absent or torn (read while written).
+    pub fn decode(b: &[u8]) -> Option<Live> {
+        if b.len() < LIVE_SIZE
+            || u32_at(b, 0) != LIVE_MAGIC
+            || crc32fast::hash(&b[0..60]) != u32_at(b, 60)
+        {
+            return None;
+        }
+        Some(Live {
+            events: u64_at(b, 8),
+            chunks: u64_at(b, 16),
+            lost_events: u64_at(b, 24),
+            mono_ns: u64_at(b, 32),
+            resident: u64_at(b, 40),
         })
     }
 }
@@ -304,6 +416,7 @@ mod tests {
             start_mono_ns: 678,
             start_realtime_ns: 9,
             pid: 42,
+            ring_chunks: 0,
         };
         let mut b = h.encode();
         assert_eq!(Header::check(&b), Ok(()));
@@ -325,11 +438,17 @@ mod tests {
             flags: CHUNK_FLAG_SEALED,
             payload_len: 1000,
             payload_crc: 0xdead_beef,
+            events: None,
         };
         let mut b = [0u8; CHUNK_HEADER_SIZE];
         b[..36].copy_from_slice(&c.encode_static());
         b[36..48].copy_from_slice(&c.encode_seal());
-        assert_eq!(ChunkHeader::decode(&b), Ok(c));
+        assert_eq!(ChunkHeader::decode(&b), Ok(c.clone()));
+        b[48..56].copy_from_slice(&ChunkHeader::encode_count(1000, 0xdead_beef, 77));
+        assert_eq!(ChunkHeader::decode(&b).unwrap().events, Some(77));
+        // A count made for another seal does not hold.
+        b[48..56].copy_from_slice(&ChunkHeader::encode_count(999, 0xdead_beef, 77));
+        assert_eq!(ChunkHeader::decode(&b).unwrap().events, None);
         b[5] ^= 0xff;
         assert_eq!(ChunkHeader::decode(&b), Err(ChunkProblem::Checksum));
         assert_eq!(
@@ -349,10 +468,28 @@ mod tests {
             chunks: 8,
             lost_events: 9,
             full_tsc: 10,
+            events: 10,
+            overwritten: 11,
         };
         let mut b = f.encode();
         assert_eq!(Final::decode(&b), Ok(Some(f)));
         b[9] ^= 1;
         assert_eq!(Final::decode(&b), Err(HeaderProblem::Checksum));
+    }
+
+    #[test]
+    fn live_roundtrip() {
+        let l = Live {
+            events: 1,
+            chunks: 2,
+            lost_events: 3,
+            mono_ns: 4,
+            resident: 5,
+        };
+        let mut b = l.encode();
+        assert_eq!(Live::decode(&b), Some(l));
+        b[9] ^= 1;
+        assert_eq!(Live::decode(&b), None);
+        assert_eq!(Live::decode(&[0u8; LIVE_SIZE]), None);
     }
 }

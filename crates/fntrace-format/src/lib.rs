@@ -13,8 +13,11 @@
 pub mod event;
 pub mod layout;
 pub mod reader;
+pub mod snapshot;
 pub mod varint;
 pub mod writer;
 
 pub use event::{DetachReason, LibFuncInfo, ModuleInfo, OffCpu, ProcessInfo, Record, SiteInfo};
-pub use reader::{Damage, Ending, FastItem, Metadata, StreamItem, ThreadReader, Trace, TraceError};
+pub use reader::{
+    Damage, Ending, EventCount, FastItem, Metadata, StreamItem, ThreadReader, Trace, TraceError,
+};

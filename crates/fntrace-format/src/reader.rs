@@ -14,6 +14,11 @@ use crate::layout::{
     FINAL_OFFSET, Final, HEADER_USED, Header, HeaderProblem, META_TID, VERSION_MAJOR,
 };
 
+/// Largest call depth a flight recorder's window may start at (the
+/// writer's shadow stack holds at most this many open calls; a larger
+/// depth field is damage).
+const MAX_WINDOW_DEPTH: u32 = 1 << 17;
+
 /// An error that stops a trace from being read at all.
 #[derive(Debug)]
 pub struct TraceError {
@@ -127,6 +132,25 @@ impl Metadata {
     }
 }
 
+/// What [`Trace::event_count`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCount {
+    /// Entry and exit events.
+    pub events: u64,
+    /// Chunks that had no writer's count and were decoded to count them.
+    pub decoded_chunks: u64,
+}
+
+/// Reads the live counters of a trace being recorded (`None` when the
+/// file has none: not an fntrace trace, an older writer, or a torn read).
+pub fn read_live(path: &Path) -> Option<crate::layout::Live> {
+    let f = File::open(path).ok()?;
+    let mut b = [0u8; crate::layout::LIVE_SIZE];
+    f.read_exact_at(&mut b, crate::layout::LIVE_OFFSET as u64)
+        .ok()?;
+    crate::layout::Live::decode(&b)
+}
+
 /// An open trace file.
 #[derive(Debug)]
 pub struct Trace {
@@ -140,6 +164,8 @@ pub struct Trace {
     damage: Vec<Damage>,
     meta: Metadata,
     unused_chunks: u64,
+    /// Flight recorder: chunks older than their stream's window.
+    stale_chunks: u64,
     /// File offsets of chunks whose header could not be read (bad magic or
     /// checksum), in file order: a stream's missing chunks can only be
     /// among them.
@@ -254,6 +280,7 @@ impl Trace {
             damage,
             meta: Metadata::default(),
             unused_chunks: 0,
+            stale_chunks: 0,
             unreadable: vec![],
             chunks_read: std::sync::atomic::AtomicU64::new(0),
         };
@@ -308,6 +335,14 @@ impl Trace {
                     }
                 }
                 Err(ChunkProblem::Unused) => self.unused_chunks += 1,
+                // A flight recorder's chunk being reset for reuse (its
+                // magic is cleared first): nothing to read, no damage.
+                Err(ChunkProblem::Magic)
+                    if self.header.flags & crate::layout::HDR_FLAG_RING != 0
+                        && hb[0..4] == [0; 4] =>
+                {
+                    self.unused_chunks += 1
+                }
                 Err(p) => {
                     self.unreadable.push(offset);
                     self.damage.push(Damage {
@@ -348,8 +383,23 @@ impl Trace {
             self.threads.entry(c.header.tid).or_default().push(i);
         }
         let chunks = &self.chunks;
+        let ring = self.header.flags & crate::layout::HDR_FLAG_RING != 0;
         for list in self.threads.values_mut() {
             list.sort_by_key(|&i| chunks[i].header.seq);
+            if ring {
+                // A flight recorder keeps a window of every stream: its
+                // newest chunks with consecutive sequence numbers. Older
+                // chunks a slot kept while newer ones were overwritten
+                // (a slot busy when its turn came) are outside it.
+                let keep = list
+                    .windows(2)
+                    .rposition(|w| {
+                        chunks[w[1]].header.seq != chunks[w[0]].header.seq.wrapping_add(1)
+                    })
+                    .map_or(0, |p| p + 1);
+                self.stale_chunks += keep as u64;
+                list.drain(..keep);
+            }
         }
         Ok(())
     }
@@ -431,6 +481,12 @@ impl Trace {
         &self.damage
     }
 
+    /// Flight recorder: chunks left out because they are older than their
+    /// stream's window (its newest chunks with consecutive numbers).
+    pub fn stale_chunks(&self) -> u64 {
+        self.stale_chunks
+    }
+
     /// Chunks that were never written (zero headers).
     pub fn unused_chunks(&self) -> u64 {
         self.unused_chunks
@@ -440,6 +496,52 @@ impl Trace {
     /// measure: one pass over every thread reads [`Trace::stream_chunks`]).
     pub fn chunks_read(&self) -> u64 {
         self.chunks_read.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Entry and exit events of thread `tid` (or of every thread when
+    /// `None`), from the counts the writer keeps: the final block's total
+    /// when there is one (`tid == None`), else each chunk's count, decoding
+    /// only the chunks without one (the chunks threads were filling when
+    /// the process died or the trace was finished). Never decodes the
+    /// whole trace of a recording whose writer counted.
+    pub fn event_count(&self, tid: Option<u32>) -> EventCount {
+        if tid.is_none() {
+            if let Some(n) = self.fin.as_ref().and_then(Final::events) {
+                return EventCount {
+                    events: n,
+                    decoded_chunks: 0,
+                };
+            }
+        }
+        let mut out = EventCount::default();
+        let mut buf = vec![];
+        for (&t, list) in &self.threads {
+            if t == META_TID || tid.is_some_and(|x| x != t) {
+                continue;
+            }
+            for &i in list {
+                let c = &self.chunks[i];
+                if let Some(n) = c.header.events {
+                    out.events += u64::from(n);
+                    continue;
+                }
+                let len = if c.sealed() {
+                    (c.header.payload_len as usize).min(c.available)
+                } else {
+                    c.available
+                };
+                buf.resize(len, 0);
+                if self
+                    .file
+                    .read_exact_at(&mut buf, c.offset + CHUNK_HEADER_SIZE as u64)
+                    .is_ok()
+                {
+                    out.events += u64::from(crate::event::count_events(&buf));
+                }
+                out.decoded_chunks += 1;
+            }
+        }
+        out
     }
 
     /// Chunks of all thread streams (metadata excluded).
@@ -727,6 +829,17 @@ impl ThreadReader<'_> {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let h = &c.header;
         let payload_off = c.offset + CHUNK_HEADER_SIZE as u64;
+        let ring = self.trace.header.flags & crate::layout::HDR_FLAG_RING != 0;
+        if ring && self.known.is_none() && h.seq > 0 {
+            // A flight recorder's window starts here: earlier chunks were
+            // overwritten. The calls open then are entered before the
+            // window (a gap with the chunk's depth, at its base time).
+            self.expected_seq = h.seq;
+            self.last_tsc = h.base_tsc;
+            self.resync = true;
+            let depth = c.header.depth.min(MAX_WINDOW_DEPTH);
+            self.known = Some((c.offset, depth));
+        }
         let depth = self.checked_depth(c);
         if h.seq != self.expected_seq {
             self.damage.push(Damage {

@@ -35,6 +35,7 @@ impl ChunkBuf {
             flags: 0,
             payload_len: 0,
             payload_crc: 0,
+            events: None,
             ..header.clone()
         };
         let mut bytes = vec![0u8; size];
@@ -298,6 +299,7 @@ mod tests {
             start_mono_ns: 0,
             start_realtime_ns: 0,
             pid: 1,
+            ring_chunks: 0,
         };
         let mut b = TraceBuilder::new(header.clone());
         let c = b.new_chunk(&ChunkHeader::default());

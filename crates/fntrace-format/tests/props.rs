@@ -643,6 +643,7 @@ fn test_header(chunk_size: u32) -> Header {
         start_mono_ns: 5_000,
         start_realtime_ns: 1_700_000_000_000_000_000,
         pid: 4242,
+        ring_chunks: 0,
     }
 }
 
@@ -746,6 +747,8 @@ fn build(plan: &Plan) -> Built {
             chunks: n,
             lost_events: 3,
             full_tsc: 0,
+            events: 0,
+            overwritten: 0,
         })
     } else {
         b.into_unfinished()
@@ -1206,6 +1209,8 @@ fn any_final() -> impl Strategy<Value = Option<Final>> {
                     chunks,
                     lost_events,
                     full_tsc: 0,
+                    events: 0,
+                    overwritten: 0,
                 },
             ),
     )

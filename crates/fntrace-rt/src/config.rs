@@ -17,6 +17,21 @@ use std::path::PathBuf;
 pub const ENV_OUTPUT: &str = "FNTRACE_OUTPUT";
 /// Maximum trace size (bytes, or with a `K`, `M` or `G` suffix).
 pub const ENV_MAX_SIZE: &str = "FNTRACE_MAX_SIZE";
+/// Trace memory kept ready ahead of the writers (bytes, or with a `K`,
+/// `M` or `G` suffix; default [`DEFAULT_BUFFER`]): a helper thread maps
+/// and pre-faults that much of the file ahead of use and drops full
+/// chunks from memory after handing them to writeback. `0`: no helper
+/// thread (threads fault their trace pages in themselves and every chunk
+/// stays resident).
+pub const ENV_BUFFER: &str = "FNTRACE_BUFFER";
+/// Flight recorder: the trace file is a ring of this size (bytes, or with
+/// a `K`, `M` or `G` suffix) whose oldest chunks are overwritten; unset or
+/// `0`: keep everything (up to the maximum size).
+pub const ENV_RING: &str = "FNTRACE_RING";
+/// Flight recorder: a signal (`SIGUSR1`, `SIGUSR2` or a real-time signal
+/// number 34..=64) on which the runtime writes a snapshot of the trace to
+/// `PATH.snapshot.N` without stopping the program.
+pub const ENV_SNAPSHOT_SIGNAL: &str = "FNTRACE_SNAPSHOT_SIGNAL";
 /// `1`: create the output exclusively (if it exists, write `PATH.PID`)
 /// and let forked children record into `PATH.PID` (what `fntrace record`
 /// asks for).
@@ -121,6 +136,8 @@ pub fn decode_handover(bytes: &[u8]) -> Vec<(String, OsString)> {
 
 /// Default maximum trace size.
 pub const DEFAULT_MAX_SIZE: u64 = 16 << 30;
+/// Default trace memory kept ready ahead of the writers ([`ENV_BUFFER`]).
+pub const DEFAULT_BUFFER: u64 = 8 << 20;
 
 /// Mask bit of a [`CaptureSpec`] for the return value (bits 0–5 are
 /// arguments 1–6).
@@ -172,6 +189,13 @@ pub struct Config {
     pub time_filter_ns: u64,
     /// Stop recording this many nanoseconds after the start (0: never).
     pub duration_ns: u64,
+    /// Trace memory kept ready ahead of the writers ([`ENV_BUFFER`]; 0:
+    /// no helper thread).
+    pub buffer: u64,
+    /// Flight recorder ring size ([`ENV_RING`]; 0: off).
+    pub ring: u64,
+    /// Signal that asks for a snapshot ([`ENV_SNAPSHOT_SIGNAL`]; 0: none).
+    pub snapshot_signal: i32,
 }
 
 impl Default for Config {
@@ -193,6 +217,9 @@ impl Default for Config {
             sched: false,
             time_filter_ns: 0,
             duration_ns: 0,
+            buffer: DEFAULT_BUFFER,
+            ring: 0,
+            snapshot_signal: 0,
         }
     }
 }
@@ -308,6 +335,28 @@ impl Config {
                 ),
             }
         }
+        for (var, slot) in [(ENV_BUFFER, &mut c.buffer), (ENV_RING, &mut c.ring)] {
+            if let Some(v) = text(var, &mut invalid).filter(|v| !v.trim().is_empty()) {
+                match parse_size(&v) {
+                    Some(n) => *slot = n,
+                    None => invalid(
+                        var,
+                        &v,
+                        "not a size (bytes, or a number with K, M or G)".into(),
+                    ),
+                }
+            }
+        }
+        if let Some(v) = text(ENV_SNAPSHOT_SIGNAL, &mut invalid).filter(|v| !v.trim().is_empty()) {
+            match parse_signal(&v) {
+                Some(n) => c.snapshot_signal = n,
+                None => invalid(
+                    ENV_SNAPSHOT_SIGNAL,
+                    &v,
+                    "not a snapshot signal (SIGUSR1, SIGUSR2 or a real-time signal 34..64)".into(),
+                ),
+            }
+        }
         for (var, slot) in [
             (ENV_EXCLUSIVE, &mut c.exclusive),
             (ENV_COUNT, &mut c.count),
@@ -391,6 +440,15 @@ impl Config {
         }
         if self.max_size != DEFAULT_MAX_SIZE {
             v.push((ENV_MAX_SIZE, self.max_size.to_string().into()));
+        }
+        if self.buffer != DEFAULT_BUFFER {
+            v.push((ENV_BUFFER, self.buffer.to_string().into()));
+        }
+        if self.ring != 0 {
+            v.push((ENV_RING, self.ring.to_string().into()));
+        }
+        if self.snapshot_signal != 0 {
+            v.push((ENV_SNAPSHOT_SIGNAL, self.snapshot_signal.to_string().into()));
         }
         for (var, on) in [
             (ENV_EXCLUSIVE, self.exclusive),
@@ -512,6 +570,20 @@ pub fn parse_duration(s: &str, bare_ns: u64) -> Option<u64> {
     (0.0..1e18).contains(&ns).then_some(ns as u64)
 }
 
+/// Parses a snapshot signal: `SIGUSR1`, `USR1`, `SIGUSR2`, `USR2` or a
+/// number that is one of them or a real-time signal (34..=64). Signals
+/// with another meaning (fatal ones, `SIGKILL`, `SIGPROF`...) are refused.
+pub fn parse_signal(s: &str) -> Option<i32> {
+    let s = s.trim();
+    let name = s.strip_prefix("SIG").unwrap_or(s);
+    let n = match name {
+        "USR1" => 10,
+        "USR2" => 12,
+        _ => name.parse::<i32>().ok()?,
+    };
+    (n == 10 || n == 12 || (34..=64).contains(&n)).then_some(n)
+}
+
 /// Parses one `-A`/`-R` spec: `FUNC@arg1,arg2`, `FUNC@args`,
 /// `FUNC@retval`, or (for `-R`) a bare `FUNC`.
 pub fn parse_spec(spec: &str, retval: bool) -> Result<CaptureSpec, SpecError> {
@@ -611,6 +683,9 @@ mod tests {
             sched: true,
             time_filter_ns: 10_000,
             duration_ns: 30_000_000_000,
+            buffer: 3 << 20,
+            ring: 64 << 20,
+            snapshot_signal: 12,
         };
         let env: HashMap<String, OsString> = c
             .to_env()

@@ -331,7 +331,10 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
             "fntrace: switch functions on and off meanwhile: fntrace live {pid} list|enable REGEX|disable REGEX"
         );
     }
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        .then(|| crate::progress::Progress::start(output.to_path_buf()));
     let ended = wait_for_end(&stream, duration);
+    drop(progress);
     let t_stop = Instant::now();
     let mut w = stream.try_clone()?;
     let detached = if ended {

@@ -470,3 +470,122 @@ mod tests {
         assert_eq!((e.offset, e.problem), (0, "malformed record"));
     }
 }
+
+/// Counts the entry, exit and tail-exit events of a chunk payload, up to
+/// its end marker or its first undecodable record (what the writer stores
+/// as a chunk's event count). A scan of the record framing (first bytes,
+/// varint lengths) without decoding values: the runtime's helper thread
+/// counts every full chunk with it. No allocation.
+pub fn count_events(payload: &[u8]) -> u32 {
+    let b = payload;
+    let mut i = 0usize;
+    let mut n = 0u32;
+    // Skips a varint at `i`; false if it runs past the end.
+    let skip = |i: &mut usize| -> bool {
+        loop {
+            match b.get(*i) {
+                Some(&x) => {
+                    *i += 1;
+                    if x < 0x80 {
+                        return true;
+                    }
+                }
+                None => return false,
+            }
+        }
+    };
+    while let Some(&first) = b.get(i) {
+        i += 1;
+        let (cont, func) = match first {
+            0x00 => break,
+            0x01..=0x0f => {
+                let mut p = i;
+                let Some(len) = get_uvarint(b, &mut p) else {
+                    break;
+                };
+                match p.checked_add(len as usize).filter(|&e| e <= b.len()) {
+                    Some(e) => i = e,
+                    None => break,
+                }
+                continue;
+            }
+            0x10..=0x1f => (first & 0x08 != 0, false),
+            0x20..=0x3f => (first & 0x10 != 0, true),
+            0x40..=0x7f => (first & 0x20 != 0, false),
+            _ => (first & 0x40 != 0, false),
+        };
+        if (cont && !skip(&mut i)) || (func && !skip(&mut i)) {
+            break;
+        }
+        n = n.saturating_add(1);
+    }
+    n
+}
+
+#[cfg(test)]
+mod count_tests {
+    use super::*;
+    use crate::event::{Compact, encode_compact};
+
+    /// The framing scan counts what the decoder decodes.
+    #[test]
+    fn count_matches_the_decoder() {
+        let mut buf = vec![];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut prev = 0u64;
+        for k in 0..5000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let d = match k % 4 {
+                0 => x % 30,
+                1 => x % 5000,
+                2 => x >> (x % 64),
+                _ => 1,
+            };
+            let func = 0x1000 + (x % 7) * 0x40;
+            let ev = match x % 5 {
+                0 | 1 if func != prev => Compact::Entry { d, func, prev },
+                0 | 1 => Compact::Entry {
+                    d,
+                    func,
+                    prev: func,
+                },
+                2 | 3 => Compact::Exit { d },
+                _ => Compact::TailExit { d },
+            };
+            if let Compact::Entry { func, .. } = ev {
+                prev = func;
+            }
+            let mut b = [0u8; 32];
+            let n = encode_compact(ev, &mut b);
+            buf.extend_from_slice(&b[..n]);
+            if k % 97 == 0 {
+                // A framed record (lost events) in between.
+                buf.extend_from_slice(&[0x03, 2, 5, 9]);
+            }
+        }
+        let mut dec = Decoder::new(&buf, 0);
+        let mut decoded = 0u32;
+        while let Ok(Some(r)) = dec.next_record() {
+            if matches!(
+                r,
+                Record::Entry { .. } | Record::Exit { .. } | Record::TailExit { .. }
+            ) {
+                decoded += 1;
+            }
+        }
+        assert_eq!(dec.position(), buf.len());
+        assert_eq!(count_events(&buf), decoded);
+        assert_eq!(decoded, 5000);
+        // Cut anywhere: never more than the decoder finds.
+        for cut in [1, 7, 100, 1001, buf.len() - 1] {
+            let mut dec = Decoder::new(&buf[..cut], 0);
+            let mut d = 0;
+            while let Ok(Some(r)) = dec.next_record() {
+                d += u32::from(!matches!(r, Record::Lost { .. }));
+            }
+            assert!(count_events(&buf[..cut]) <= d + 1);
+        }
+    }
+}

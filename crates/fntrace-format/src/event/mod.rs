@@ -36,7 +36,7 @@ pub use compact::{
     Compact, MAX_COMPACT_LEN, encode_compact, pack_entry_new, pack_entry_same, pack_exit,
     pack_tail_exit,
 };
-pub use decode::{DecodeError, Decoder};
+pub use decode::{DecodeError, Decoder, count_events};
 pub use framed::{CountSink, Framed, Sink, SliceSink, framed_len};
 
 /// Framed tag: thread start (delta, name).

@@ -8,14 +8,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use fntrace_format::event::Framed;
 use fntrace_format::layout::{
-    DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, FINAL_OFFSET, Final, HDR_FLAG_TSC_INVARIANT, HEADER_SIZE,
-    Header, VERSION_MAJOR, VERSION_MINOR,
+    DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, FINAL_FLAG_EVENTS, FINAL_OFFSET, Final, HDR_FLAG_RING,
+    HDR_FLAG_TSC_INVARIANT, HEADER_SIZE, Header, VERSION_MAJOR, VERSION_MINOR,
 };
 
+use super::helper::{self, Life};
 use super::state::{Cursor, with_state};
 use super::write::{close_thread, grow, seal, write_meta};
 use super::{CALIBRATION_NS, CURRENT, LIFECYCLE, NEXT_ID, Options, SESSION, Summary, UNINIT};
@@ -46,6 +47,15 @@ pub(crate) struct Session {
     pub(crate) meta: Mutex<Cursor>,
     /// Modules already described (start, size).
     pub(crate) modules: Mutex<Vec<(u64, u64)>>,
+    /// Chunks the helper thread keeps ready ahead of the writers (0: no
+    /// helper thread).
+    pub(crate) buffer_chunks: u64,
+    /// Flight recorder: chunks in the ring (0: not a ring).
+    pub(crate) ring_chunks: u64,
+    /// Ring slot owners (`helper::SLOT_*`), one per ring chunk.
+    pub(crate) owner: Box<[AtomicU8]>,
+    /// The helper thread's bookkeeping.
+    pub(crate) life: Mutex<Life>,
 }
 
 // SAFETY: the raw pointers in `Session` point into a mapping that lives as
@@ -80,6 +90,7 @@ pub(crate) fn start_locked(opts: &Options) -> io::Result<PathBuf> {
     let s: &'static Session = Box::leak(Box::new(create_session(opts)?));
     super::pending::set_threshold(opts.time_filter_ns, s.header.tsc_hz);
     write_process_metadata(s);
+    helper::spawn(s);
     CURRENT.store(s as *const Session as *mut Session, Ordering::Release);
     SESSION.store(s.id, Ordering::Release);
     Ok(s.path.clone())
@@ -137,6 +148,10 @@ pub(crate) fn open_trace(path: &Path, exclusive: bool) -> io::Result<(libc::c_in
     ))
 }
 
+/// Smallest ring, in chunks (metadata, and room for threads' open chunks
+/// besides the ones being overwritten).
+const MIN_RING_CHUNKS: u64 = 8;
+
 /// How many `PATH.PID.N` files one process id may write (successive
 /// `exec`s of one process).
 const MAX_EXEC_FILES: u32 = 10_000;
@@ -149,7 +164,17 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
     let max = opts
         .max_size
         .max(HEADER_SIZE as u64 + 2 * chunk_size as u64);
-    let max_chunks = (max - HEADER_SIZE as u64) / chunk_size as u64;
+    let mut max_chunks = (max - HEADER_SIZE as u64) / chunk_size as u64;
+    // A ring needs room for the metadata and a few threads' open chunks.
+    let ring_chunks = if opts.ring > 0 {
+        (opts.ring.saturating_sub(HEADER_SIZE as u64) / chunk_size as u64).max(MIN_RING_CHUNKS)
+    } else {
+        0
+    };
+    if ring_chunks > 0 {
+        max_chunks = ring_chunks;
+    }
+    let buffer_chunks = opts.buffer.div_ceil(chunk_size as u64).min(max_chunks);
     let reserved = HEADER_SIZE as usize + max_chunks as usize * chunk_size;
     // SAFETY: an anonymous PROT_NONE reservation; nothing else refers to it.
     let base = unsafe {
@@ -179,7 +204,8 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
             HDR_FLAG_TSC_INVARIANT
         } else {
             0
-        },
+        } | if ring_chunks > 0 { HDR_FLAG_RING } else { 0 },
+        ring_chunks,
         tsc_hz,
         start_tsc,
         start_mono_ns,
@@ -205,8 +231,12 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
         opts: opts.clone(),
         meta: Mutex::new(Cursor::EMPTY),
         modules: Mutex::new(Vec::new()),
+        buffer_chunks,
+        ring_chunks,
+        owner: (0..ring_chunks).map(|_| AtomicU8::new(0)).collect(),
+        life: Mutex::new(Life::default()),
     };
-    if !grow(&s, HEADER_SIZE as usize) {
+    if !grow(&s, HEADER_SIZE as usize, true) {
         let e = io::Error::last_os_error();
         // SAFETY: closing our own descriptor.
         unsafe { libc::close(fd) };
@@ -330,13 +360,22 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
     let h = &s.header;
     let measured = clock::hz_between((h.start_tsc, h.start_mono_ns), (end_tsc, end_mono_ns))
         .filter(|_| end_mono_ns - h.start_mono_ns >= 50_000_000);
-    let chunks = {
+    let (next, chunks) = {
         let _g = s.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
         s.finished.store(true, Ordering::Release);
-        s.next_chunk.load(Ordering::Acquire).min(s.max_chunks)
+        let next = s.next_chunk.load(Ordering::Acquire);
+        (next, next.min(s.max_chunks))
     };
+    let events = helper::finish_count(s, next);
     let fin = Final {
-        flags: FINAL_FLAG_CLEAN,
+        flags: FINAL_FLAG_CLEAN
+            | if events.is_some() {
+                FINAL_FLAG_EVENTS
+            } else {
+                0
+            },
+        events: events.unwrap_or(0),
+        overwritten: next - chunks,
         end_tsc,
         end_mono_ns,
         tsc_hz: measured.unwrap_or(h.tsc_hz),
@@ -359,6 +398,8 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
         threads: s.threads.load(Ordering::Relaxed),
         lost_events: fin.lost_events,
         full_tsc: fin.full_tsc,
+        events,
+        overwritten: fin.overwritten,
     })
 }
 

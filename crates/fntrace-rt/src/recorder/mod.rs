@@ -23,7 +23,11 @@
 //! - [`write`]: attaching threads, chunk claiming, event and record
 //!   writing, sealing;
 //! - [`file`]: the trace file of a session, its header and metadata,
-//!   finishing.
+//!   finishing;
+//! - [`helper`]: the helper thread of a session, the chunk life cycle off
+//!   the traced threads: it maps and pre-faults the file ahead of the
+//!   writers (acquire), and retires full chunks: counts their events into
+//!   their header, hands them to writeback and drops them from memory.
 //!
 //! Ordering of a session's life: [`start`] creates and maps the file,
 //! writes the header and metadata, then publishes the session id in
@@ -34,6 +38,7 @@
 //! event of an old session writes into valid memory.
 
 pub mod file;
+pub mod helper;
 pub mod pending;
 pub mod shadow;
 pub mod state;
@@ -186,6 +191,15 @@ pub struct Options {
     /// The settings the recording runs with, written into the trace as
     /// `Setting` records (key, value; see `fntrace_format::event::SETTING_*`).
     pub settings: Vec<(String, String)>,
+    /// Trace memory kept ready ahead of the writers by the helper thread
+    /// (`config::ENV_BUFFER`); 0: no helper thread.
+    pub buffer: u64,
+    /// Flight recorder: the file is a ring of this many bytes whose oldest
+    /// chunks are overwritten (`config::ENV_RING`); 0: off.
+    pub ring: u64,
+    /// Signal on which the helper thread writes a snapshot of the trace
+    /// to `PATH.snapshot.N` (`config::ENV_SNAPSHOT_SIGNAL`); 0: none.
+    pub snapshot_signal: i32,
 }
 
 impl Options {
@@ -198,6 +212,9 @@ impl Options {
             follow_fork: false,
             time_filter_ns: 0,
             settings: Vec::new(),
+            buffer: crate::config::DEFAULT_BUFFER,
+            ring: 0,
+            snapshot_signal: 0,
         }
     }
 }
@@ -215,6 +232,11 @@ pub struct Summary {
     pub lost_events: u64,
     /// TSC at which the size limit first refused a chunk (0: never).
     pub full_tsc: u64,
+    /// Entry and exit events in the file, counted by the helper thread
+    /// (`None` without one).
+    pub events: Option<u64>,
+    /// Flight recorder: chunks overwritten.
+    pub overwritten: u64,
 }
 
 /// The session `t` is attached to, if it is still the current one.

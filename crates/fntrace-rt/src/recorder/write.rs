@@ -6,7 +6,7 @@
 
 use std::io;
 use std::ptr;
-use std::sync::atomic::{Ordering, compiler_fence};
+use std::sync::atomic::{AtomicU32, Ordering, compiler_fence};
 
 use fntrace_format::event::{
     Compact, Framed, MAX_COMPACT_LEN, SliceSink, encode_compact, pack_entry_new, pack_entry_same,
@@ -17,6 +17,7 @@ use fntrace_format::layout::{
 };
 
 use super::file::Session;
+use super::helper::{SLOT_FREE, SLOT_OPEN, SLOT_PINNED};
 use super::pending;
 use super::state::{Cursor, EXIT_HOOK, ThreadState, state};
 use super::{CURRENT, FIRST_GROW, GROW_STEP, SESSION, SLACK, UNINIT, lazy_start};
@@ -236,7 +237,7 @@ pub(crate) fn attach(t: &mut ThreadState, sid: u32) -> bool {
 pub(crate) fn next_chunk(t: &mut ThreadState) {
     // SAFETY: only called by an attached thread.
     let s = unsafe { &*t.session_ptr };
-    seal(&t.cur);
+    seal_release(s, &t.cur);
     if !claim_chunk(s, &mut t.cur, t.tid, t.depth) {
         // Out of space: detach; later events of this thread count as lost.
         t.full = true;
@@ -277,7 +278,7 @@ pub(crate) fn close_thread(s: &Session, t: &mut ThreadState, exiting: bool) {
             Framed::ThreadExit { d, name }
         });
     }
-    seal(&t.cur);
+    seal_release(s, &t.cur);
     t.session = 0;
 }
 
@@ -325,7 +326,7 @@ pub(crate) fn write_framed<'a>(
         return false;
     }
     if cur.pos as usize + max_len > cur.limit as usize {
-        seal(cur);
+        seal_release(s, cur);
         if !claim_chunk(s, cur, tid, depth) {
             return false;
         }
@@ -348,6 +349,8 @@ pub(crate) fn write_framed<'a>(
 
 /// Claims a new chunk for stream `tid` (the cursor's next one) and writes
 /// its header; the cursor's timeline restarts at the chunk's base TSC.
+/// In a ring, the slot of the oldest chunk that no thread is filling is
+/// reset and reused; metadata chunks are never reused.
 pub(crate) fn claim_chunk(s: &Session, cur: &mut Cursor, tid: u32, depth: u32) -> bool {
     claim_chunk_at(s, cur, tid, depth, None)
 }
@@ -365,18 +368,59 @@ pub(crate) fn claim_chunk_at(
     if s.finished.load(Ordering::Acquire) {
         return false;
     }
-    let idx = s.next_chunk.fetch_add(1, Ordering::Relaxed);
+    let (idx, reused) = if s.ring_chunks > 0 {
+        let want = if tid == META_TID {
+            SLOT_PINNED
+        } else {
+            SLOT_OPEN
+        };
+        let mut tries = 0;
+        loop {
+            let g = s.next_chunk.fetch_add(1, Ordering::Relaxed);
+            let slot = g % s.ring_chunks;
+            if s.owner[slot as usize]
+                .compare_exchange(SLOT_FREE, want, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                break (slot, g >= s.ring_chunks);
+            }
+            tries += 1;
+            if tries > s.ring_chunks {
+                note_full(s);
+                return false;
+            }
+        }
+    } else {
+        let idx = s.next_chunk.fetch_add(1, Ordering::Relaxed);
+        if idx >= s.max_chunks {
+            note_full(s);
+            return false;
+        }
+        (idx, false)
+    };
     let end = HEADER_SIZE as usize + (idx as usize + 1) * s.chunk_size;
-    if idx >= s.max_chunks || (end > s.mapped.load(Ordering::Acquire) && !grow(s, end)) {
-        // The first refusal says from when events were dropped.
-        let _ = s
-            .full_tsc
-            .compare_exchange(0, clock::tsc(), Ordering::Relaxed, Ordering::Relaxed);
+    if end > s.mapped.load(Ordering::Acquire) && !grow(s, end, true) {
+        release(s, idx);
+        note_full(s);
         return false;
     }
     let chunk = s
         .base
         .wrapping_add(HEADER_SIZE as usize + idx as usize * s.chunk_size);
+    if reused {
+        // SAFETY: the slot is ours (its owner word went from free to
+        // ours); its previous chunk is sealed, so everything past its
+        // payload length is zero. The magic goes first: a chunk read
+        // while it is reset has no header (a reader skips it), never an
+        // old header over new bytes.
+        unsafe {
+            (*(chunk as *const AtomicU32)).store(0, Ordering::Release);
+            let len = (chunk.add(40) as *const u32).read_unaligned() as usize;
+            let used = CHUNK_HEADER_SIZE + len.min(s.chunk_size - CHUNK_HEADER_SIZE - 8) + 8;
+            ptr::write_bytes(chunk.add(4), 0, used - 4);
+        }
+        compiler_fence(Ordering::Release);
+    }
     let (mut base_tsc, mut base_mono_ns) = (clock::tsc(), clock::monotonic_ns());
     if let Some(b) = base.filter(|&b| b < base_tsc) {
         let ticks = u128::from(base_tsc - b);
@@ -396,8 +440,9 @@ pub(crate) fn claim_chunk_at(
     let bytes = h.encode_static();
     // SAFETY: the chunk lies inside the mapped, file-backed part of the
     // reservation (checked against `mapped` above) and was handed to this
-    // caller alone by the atomic `next_chunk`. The magic (bytes 0..4) is
-    // written last so a half-written header reads as unused.
+    // caller alone by the atomic `next_chunk` (and, in a ring, its owner
+    // word). The magic (bytes 0..4) is written last so a half-written
+    // header reads as unused.
     unsafe {
         ptr::copy_nonoverlapping(bytes.as_ptr().add(4), chunk.add(4), bytes.len() - 4);
         compiler_fence(Ordering::Release);
@@ -414,8 +459,38 @@ pub(crate) fn claim_chunk_at(
     true
 }
 
+/// In a ring: gives the slot of a thread's chunk back (after its seal),
+/// so that it can be overwritten. Metadata slots stay pinned.
+pub(crate) fn release(s: &Session, slot: u64) {
+    if let Some(o) = s.owner.get(slot as usize) {
+        let _ = o.compare_exchange(SLOT_OPEN, SLOT_FREE, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+/// Seals the cursor's chunk and, in a ring, releases its slot.
+pub(crate) fn seal_release(s: &Session, cur: &Cursor) {
+    if cur.chunk.is_null() {
+        return;
+    }
+    seal(cur);
+    if s.ring_chunks > 0 {
+        let slot = (cur.chunk as usize - s.base as usize - HEADER_SIZE as usize) / s.chunk_size;
+        release(s, slot as u64);
+    }
+}
+
+/// Notes, the first time, from when the size limit (or a full disk)
+/// refused chunks: events were dropped from then on.
+fn note_full(s: &Session) {
+    let _ = s
+        .full_tsc
+        .compare_exchange(0, clock::tsc(), Ordering::Relaxed, Ordering::Relaxed);
+}
+
 /// Makes at least `end` bytes of the file exist and be mapped.
-pub(crate) fn grow(s: &Session, end: usize) -> bool {
+/// Without `populate`, pages are left to fault in (the helper thread
+/// pre-faults them for writing).
+pub(crate) fn grow(s: &Session, end: usize, populate: bool) -> bool {
     let _g = s.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
     let mapped = s.mapped.load(Ordering::Acquire);
     if end <= mapped {
@@ -452,7 +527,7 @@ pub(crate) fn grow(s: &Session, end: usize) -> bool {
             s.base.add(mapped) as *mut libc::c_void,
             new_len - mapped,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+            libc::MAP_SHARED | libc::MAP_FIXED | if populate { libc::MAP_POPULATE } else { 0 },
             s.fd,
             mapped as i64,
         );

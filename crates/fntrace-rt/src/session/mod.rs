@@ -98,6 +98,9 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
         follow_fork: cfg.exclusive,
         time_filter_ns: cfg.time_filter_ns,
         settings: settings(cfg),
+        buffer: cfg.buffer,
+        ring: cfg.ring,
+        snapshot_signal: cfg.snapshot_signal,
     };
     install_process_hooks();
     *PATCH.lock().unwrap_or_else(|e| e.into_inner()) = cfg.patch.clone();
