@@ -138,6 +138,13 @@ impl Options {
         for r in &self.markers {
             regex::Regex::new(r).map_err(Error::pattern(format!("bad marker pattern {r:?}")))?;
         }
+        if self.sched && self.ring.is_some() {
+            return Err(Error::Invalid(
+                "--sched and --ring do not go together: off-CPU intervals go into the metadata \
+                 stream, which the ring never overwrites, so a long run would fill the ring with them"
+                    .into(),
+            ));
+        }
         if let Some(r) = &self.libcalls {
             if r.is_empty() {
                 return Err(Error::Invalid(

@@ -376,3 +376,15 @@ fn a_refused_perf_event_open_is_one_warning_and_the_recording_goes_on() {
     assert_eq!(rows_of(&rows, "nap").len(), 3);
     assert!(rows.iter().all(|r| r.wait_ns.is_none()));
 }
+
+#[test]
+fn sched_and_the_flight_recorder_ring_are_refused_together() {
+    let out = std::process::Command::new(common::fntrace_bin())
+        .args(["record", "--sched", "--ring", "64M", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--sched") && err.contains("--ring"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -157,7 +157,17 @@ fn settings(cfg: &Config) -> Vec<(String, String)> {
 /// Switches on the XRay sleds and patchable sites `cfg` selects (and the
 /// control socket).
 fn switch_on(cfg: &Config) {
-    SCHED.store(cfg.sched, std::sync::atomic::Ordering::Relaxed);
+    // Off-CPU records go into the metadata stream, which a ring never
+    // overwrites: a long run would fill the ring with them.
+    if cfg.sched && cfg.ring > 0 {
+        crate::diag::diag!(
+            "fntrace: --sched is not recorded in a flight-recorder ring (FNTRACE_RING): its records would fill the ring"
+        );
+    }
+    SCHED.store(
+        cfg.sched && cfg.ring == 0,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     start_sched();
     #[cfg(feature = "compiler-hooks")]
     {
