@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a command and record its function calls.
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Per-function totals: total, self, calls, avg, min, max.
     Report(ReportArgs),
     /// The call tree with durations and thread ids.
