@@ -74,8 +74,13 @@ impl Visitor for ReportVisitor<'_> {
         if !c.recursive {
             a.total = a.total.saturating_add(dur);
         }
-        a.self_ = a.self_.saturating_add(c.self_cpu());
-        a.wait = a.wait.saturating_add(c.self_wait());
+        if c.wait == 0 {
+            // No off-CPU time in the call (always without --sched).
+            a.self_ = a.self_.saturating_add(dur.saturating_sub(c.children));
+        } else {
+            a.self_ = a.self_.saturating_add(c.self_cpu());
+            a.wait = a.wait.saturating_add(c.self_wait());
+        }
         a.min = a.min.min(dur);
         a.max = a.max.max(dur);
     }

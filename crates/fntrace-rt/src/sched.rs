@@ -269,7 +269,13 @@ fn cpus() -> Vec<libc::c_int> {
 /// the threads they create). An error means nothing is recorded; the
 /// caller reports it.
 pub fn start() -> Result<(), SchedError> {
-    let mut g = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    // Not `lock`: in a forked child the lock may be held by a parent's
+    // thread that does not exist here (then the child goes without).
+    let mut g = match RUNNING.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
+    };
     if g.is_some() {
         return Ok(());
     }

@@ -175,9 +175,26 @@ pub fn stop() {
 }
 
 /// Writes a library-function record for every stub into the active
-/// session (at its start, and in a forked child's new session).
+/// session (at its start).
 pub fn describe_all() {
     let g = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(st) = g.as_ref() {
+        for f in &st.funcs {
+            describe(f);
+        }
+    }
+}
+
+/// [`describe_all`] in a forked child's new session: the lock may have
+/// been held by a thread of the parent that does not exist here (a scan
+/// after `dlopen`); then the child's trace names its library calls by
+/// address only, rather than waiting forever.
+pub fn describe_all_after_fork() {
+    let g = match STATE.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
     if let Some(st) = g.as_ref() {
         for f in &st.funcs {
             describe(f);

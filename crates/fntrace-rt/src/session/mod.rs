@@ -331,7 +331,7 @@ extern "C" fn after_fork_child() {
     }
     start_sched();
     #[cfg(feature = "compiler-hooks")]
-    crate::libcalls::describe_all();
+    crate::libcalls::describe_all_after_fork();
     // The parent's deadline holds for the child's recording too.
     stop::after_fork();
     #[cfg(feature = "compiler-hooks")]
