@@ -168,7 +168,6 @@ fn switch_on(cfg: &Config) {
         cfg.sched && cfg.ring == 0,
         std::sync::atomic::Ordering::Relaxed,
     );
-    start_sched();
     #[cfg(feature = "compiler-hooks")]
     {
         crate::xray::api::start_recording(&cfg.patch);
@@ -185,6 +184,9 @@ fn switch_on(cfg: &Config) {
             "fntrace: --libcalls needs the runtime with compiler hooks (libfntrace_preload.so); not recorded"
         );
     }
+    // Last: its helper thread must not exist yet while start-up code
+    // rewriting (one-byte NOP runs) needs a single-threaded program.
+    start_sched();
 }
 
 /// Switches every XRay sled and patchable site off again, and closes the
