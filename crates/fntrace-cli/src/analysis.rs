@@ -333,6 +333,16 @@ pub enum Event {
     },
 }
 
+/// A point of a thread walk to resume from: a stream position and the
+/// call depth there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    /// Position in the stream.
+    pub pos: fntrace_format::StreamPos,
+    /// Open calls at that point.
+    pub depth: u32,
+}
+
 /// Iterator of one thread's [`Event`]s with bounded memory (one decoded
 /// chunk and the open depth). Thread facts seen on the way accumulate in
 /// [`Events::summary`].
@@ -363,6 +373,74 @@ impl<'t> Events<'t> {
                 ..Default::default()
             },
         }
+    }
+
+    /// The events of thread `tid` from a point [`Events::resume_point`]
+    /// returned (or a chunk start with its depth): the same events a
+    /// whole-stream walk yields after that point.
+    pub fn resume(trace: &'t Trace, tid: u32, at: Resume) -> Events<'t> {
+        let mut e = Events::new(trace, tid);
+        e.reader = trace.stream_at(tid, at.pos);
+        e.depth = at.depth as usize;
+        // TSCs only grow along a stream: calls still open at its end
+        // close at its last timed record, as in a whole-stream walk,
+        // even when that record lies before `at`.
+        e.sum.last_tsc = at.pos.tsc;
+        // A point inside a gap (some of its synthetic exits or entries
+        // already returned): the rest of them come first.
+        if at.pos.offset == 0
+            && let Some(&d) = trace.checked_chunk_depths(tid).get(at.pos.chunk as usize)
+            && d != at.depth
+        {
+            e.other(StreamItem::Gap {
+                tsc: at.pos.tsc,
+                depth: d,
+            });
+        }
+        e
+    }
+
+    /// Where this walk stands, to resume it later with [`Events::resume`];
+    /// `None` at the end and while events other than a gap's synthetic
+    /// exits and entries are queued.
+    pub fn resume_point(&self) -> Option<Resume> {
+        if self.fetched.is_some() || self.done {
+            return None;
+        }
+        let mut pos = self.reader.position()?;
+        let mut depth = self.depth;
+        if !self.pending.is_empty() {
+            // Inside a gap, which is always in front of a chunk's first
+            // record: the depth the caller has seen, and the gap's TSC
+            // (the chunk's own base TSC is read from its header).
+            if pos.offset != 0 {
+                return None;
+            }
+            for ev in &self.pending {
+                match ev {
+                    Event::Enter { tsc, .. } => {
+                        depth -= 1;
+                        pos.tsc = *tsc;
+                    }
+                    Event::Exit { tsc, .. } => {
+                        depth += 1;
+                        pos.tsc = *tsc;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        Some(Resume {
+            pos,
+            depth: u32::try_from(depth).ok()?,
+        })
+    }
+
+    /// Chunks of the stream loaded so far (see
+    /// [`ThreadReader::chunks_loaded`]).
+    #[inline]
+    pub fn chunks_loaded(&self) -> usize {
+        self.reader.chunks_loaded()
     }
 
     /// The thread id.

@@ -1,7 +1,7 @@
 //! The library side of the `fntrace` command: symbolisation, call
 //! reconstruction, attaching to a running process, the views (`report`, `replay`, `info`, `graph`,
-//! `report --diff`), the exports, `record`, the `live` client and the
-//! markers listing. The binary (`main.rs`) only parses arguments and calls
+//! `report --diff`), the exports, `record`, the `live` client, the
+//! markers listing and the terminal browser (`tui`). The binary (`main.rs`) only parses arguments and calls
 //! one function here per command.
 
 pub mod analysis;
@@ -25,5 +25,6 @@ pub mod signals;
 pub mod snapshot;
 pub mod symbols;
 pub mod tracefile;
+pub mod tui;
 
 pub use error::{Error, Result};

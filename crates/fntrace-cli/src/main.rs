@@ -40,6 +40,9 @@ enum Cmd {
     Export(ExportArgs),
     /// Describe a trace: program, threads, events, clock, damage.
     Info(InfoArgs),
+    /// Browse a trace in the terminal: call tree, report, callers and
+    /// callees, info (keys: `?`).
+    Tui(TuiArgs),
     /// List the markers declared in an executable or shared library (name,
     /// argument types, design, source location), read from the file.
     Markers(MarkersArgs),
@@ -154,6 +157,15 @@ struct InfoArgs {
     trace: TraceFile,
 }
 
+// `fntrace tui`.
+#[derive(Args)]
+struct TuiArgs {
+    #[command(flatten)]
+    trace: TraceFile,
+    #[command(flatten)]
+    options: fntrace_cli::tui::Options,
+}
+
 // `fntrace markers`.
 #[derive(Args)]
 struct MarkersArgs {
@@ -259,6 +271,7 @@ fn run() -> Result<ExitCode> {
             export::run_weighted(&a.trace.path, a.format, &a.output, &a.select, a.weight)?
         }
         Cmd::Info(a) => info::run(&mut out, &a.trace.path)?,
+        Cmd::Tui(a) => fntrace_cli::tui::run(&mut out, &a.trace.path, &a.options)?,
         Cmd::Markers(a) => markers::run(&mut out, &a.binary, a.format)?,
         Cmd::Demo(a) => fntrace_cli::demo::run(&mut out, a.n)?,
         Cmd::Live(a) if a.command.first().is_some_and(|c| c == "snapshot") => {

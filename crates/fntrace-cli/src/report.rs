@@ -422,7 +422,8 @@ pub fn merge_rows(a: Vec<Row>, b: Vec<Row>, sort: SortKey) -> Vec<Row> {
     rows
 }
 
-fn sort_rows(rows: &mut [Row], sort: SortKey) {
+/// Sorts report rows by `sort`, ties by name.
+pub fn sort_rows(rows: &mut [Row], sort: SortKey) {
     rows.sort_by(|a, b| {
         match sort {
             SortKey::Total => b.total_ns.cmp(&a.total_ns),

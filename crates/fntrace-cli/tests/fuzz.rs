@@ -466,6 +466,7 @@ fn commands(data: &Path, out: &Path) -> Vec<Vec<std::ffi::OsString>> {
         vec!["report".into(), d.clone()],
         vec!["replay".into(), d.clone()],
         vec!["graph".into(), "fib".into(), d.clone()],
+        vec!["tui".into(), "--first-screen".into(), d.clone()],
     ];
     for f in ["chrome", "folded", "flamegraph", "html", "gmon", "xray"] {
         v.push(vec![

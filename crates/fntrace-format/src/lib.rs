@@ -19,5 +19,6 @@ pub mod writer;
 
 pub use event::{DetachReason, LibFuncInfo, ModuleInfo, OffCpu, ProcessInfo, Record, SiteInfo};
 pub use reader::{
-    Damage, Ending, EventCount, FastItem, Metadata, StreamItem, ThreadReader, Trace, TraceError,
+    Damage, Ending, EventCount, FastItem, Metadata, StreamItem, StreamPos, ThreadReader, Trace,
+    TraceError,
 };

@@ -172,6 +172,8 @@ pub struct Trace {
     unreadable: Vec<u64>,
     /// Chunks loaded by stream readers so far (for progress display).
     chunks_read: std::sync::atomic::AtomicU64,
+    /// Checked chunk depths per stream, computed on first use.
+    depths: std::sync::OnceLock<BTreeMap<u32, Vec<u32>>>,
 }
 
 /// How the recording ended.
@@ -283,6 +285,7 @@ impl Trace {
             stale_chunks: 0,
             unreadable: vec![],
             chunks_read: std::sync::atomic::AtomicU64::new(0),
+            depths: std::sync::OnceLock::new(),
         };
         trace.index_chunks()?;
         trace.read_metadata();
@@ -658,6 +661,85 @@ impl Trace {
         }
     }
 
+    /// Reads one thread's stream from `pos` on (a position a reader of
+    /// the same stream returned with [`ThreadReader::position`], or
+    /// [`Trace::chunk_start`]): the records from there are the ones the
+    /// whole stream's reader yields after that point, except that a gap
+    /// in front of `pos`'s chunk is not reported again (the caller knows
+    /// the call depth there). A position past the stream's end reads as
+    /// the end.
+    pub fn stream_at(&self, tid: u32, pos: StreamPos) -> ThreadReader<'_> {
+        let mut r = self.stream(tid);
+        let k = pos.chunk as usize;
+        let Some(&c) = r.chunks.get(k) else {
+            r.next_chunk = r.chunks.len();
+            return r;
+        };
+        if k > 0 {
+            let p = r.chunks[k - 1];
+            r.known = Some((p.offset, self.checked_chunk_depths(tid)[k - 1]));
+        }
+        r.next_chunk = k;
+        r.expected_seq = c.header.seq;
+        if r.load_next_chunk() {
+            // A bad chunk ends at once and sets `resync`: its successor's
+            // gap is reported as in a whole-stream read.
+            r.batch.clear();
+            r.batch_pos = 0;
+            if let Some(cs) = r.cur.as_mut() {
+                cs.pos = (pos.offset as usize).min(cs.len);
+                if pos.offset > 0 {
+                    cs.tsc = pos.tsc;
+                    cs.prev_func = pos.prev_func;
+                }
+                r.last_tsc = cs.tsc;
+            }
+        }
+        r
+    }
+
+    /// The position of the start of chunk `index` (in stream order) of
+    /// thread `tid`, with the call depth its header records, checked as a
+    /// whole-stream read checks it; `None` past the last chunk.
+    pub fn chunk_start(&self, tid: u32, index: usize) -> Option<(StreamPos, u32)> {
+        let c = &self.chunks[*self.threads.get(&tid)?.get(index)?];
+        let depth = self.checked_chunk_depths(tid).get(index).copied()?;
+        Some((
+            StreamPos {
+                chunk: index as u32,
+                offset: 0,
+                tsc: c.header.base_tsc,
+                prev_func: 0,
+            },
+            depth,
+        ))
+    }
+
+    /// The call depth each chunk of thread `tid` starts at (stream order),
+    /// checked against what the file can hold as a whole-stream read
+    /// checks it (an implausible depth is replaced by the previous one).
+    pub fn checked_chunk_depths(&self, tid: u32) -> &[u32] {
+        let all = self.depths.get_or_init(|| {
+            self.threads
+                .keys()
+                .map(|&t| {
+                    let mut r = self.stream(t);
+                    let chunks = r.chunks.clone();
+                    let v = chunks
+                        .iter()
+                        .map(|c| {
+                            let d = r.checked_depth(c);
+                            r.known = Some((c.offset, d));
+                            d
+                        })
+                        .collect();
+                    (t, v)
+                })
+                .collect()
+        });
+        all.get(&tid).map_or(&[], |v| v.as_slice())
+    }
+
     /// Chunks between file offsets `from` (exclusive) and `to` (exclusive)
     /// whose header could not be read.
     fn unreadable_between(&self, from: Option<u64>, to: u64) -> u64 {
@@ -693,6 +775,20 @@ pub struct ThreadReader<'t> {
     /// The chunk that ended last lost its end: the next chunk's depth
     /// resynchronises the stack.
     resync: bool,
+}
+
+/// A place between two records of a thread stream, to resume reading
+/// there later ([`Trace::stream_at`]) without decoding what lies before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamPos {
+    /// Index of the chunk in the stream (stream order, not the file's).
+    pub chunk: u32,
+    /// Payload byte of the next record.
+    pub offset: u32,
+    /// TSC of the previous timed record (the base of the next delta).
+    pub tsc: u64,
+    /// Function of the previous entry of the chunk (0 at its start).
+    pub prev_func: u64,
 }
 
 /// An item of a thread stream in the form analysis loops want: compact
@@ -756,6 +852,34 @@ impl ThreadReader<'_> {
     /// Takes the damage found so far.
     pub fn take_damage(&mut self) -> Vec<Damage> {
         std::mem::take(&mut self.damage)
+    }
+
+    /// Where the reader stands when that is between two records of a
+    /// chunk; `None` before the first chunk is loaded and while gaps are
+    /// waiting to be returned.
+    pub fn position(&self) -> Option<StreamPos> {
+        if self.batch_pos < self.batch.len() {
+            return None;
+        }
+        self.cur.as_ref().map(|cs| StreamPos {
+            chunk: cs.entry as u32,
+            offset: cs.pos as u32,
+            tsc: cs.tsc,
+            prev_func: cs.prev_func,
+        })
+    }
+
+    /// Ends the stream after the chunk being decoded (to read one chunk
+    /// of a stream with [`Trace::stream_at`]).
+    pub fn stop_after_current(&mut self) {
+        self.chunks.truncate(self.next_chunk);
+    }
+
+    /// Chunks of the stream loaded so far (the index of the chunk being
+    /// decoded is one less).
+    #[inline]
+    pub fn chunks_loaded(&self) -> usize {
+        self.next_chunk
     }
 
     /// The next item, with compact events decoded without building a

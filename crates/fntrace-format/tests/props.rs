@@ -803,7 +803,13 @@ fn read_all(t: &Trace) -> ReadBack {
         }
         let mut slow = vec![];
         let mut s2 = t.stream(tid);
-        while let Some(it) = s2.next_item() {
+        // Positions taken on the way, with the items read so far.
+        let mut positions = vec![];
+        loop {
+            if let Some(p) = s2.position() {
+                positions.push((p, slow.len()));
+            }
+            let Some(it) = s2.next_item() else { break };
             slow.push(match it {
                 StreamItem::Record(Record::TailExit { tsc }) => {
                     StreamItem::Record(Record::Exit { tsc })
@@ -812,6 +818,21 @@ fn read_all(t: &Trace) -> ReadBack {
             });
         }
         assert_eq!(fast, slow, "fast and plain readers differ on thread {tid}");
+        // Reading from a position yields the rest of the stream.
+        let step = positions.len() / 7 + 1;
+        for &(p, done) in positions.iter().step_by(step) {
+            let mut r = t.stream_at(tid, p);
+            let mut rest = vec![];
+            while let Some(it) = r.next_item() {
+                rest.push(match it {
+                    StreamItem::Record(Record::TailExit { tsc }) => {
+                        StreamItem::Record(Record::Exit { tsc })
+                    }
+                    o => o,
+                });
+            }
+            assert_eq!(rest, slow[done..], "thread {tid} read from {p:?}");
+        }
         assert_eq!(f.take_damage(), s2.take_damage());
         if !recs.is_empty() {
             streams.insert(tid, recs);

@@ -103,10 +103,11 @@ pub struct Changed {
     pub off: usize,
 }
 
-/// Whether this process has one thread (no other thread can be inside a
-/// run of NOPs we rewrite).
+/// Whether this process has one thread that runs the program's code (no
+/// other thread can be inside a run of NOPs we rewrite): the runtime's
+/// own threads (the recorder's helper) never do.
 fn single_threaded() -> bool {
-    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
+    crate::procinfo::other_threads() == Some(0)
 }
 
 /// Reads an array of 8-byte addresses at run-time address `addr`.

@@ -160,6 +160,47 @@ pub fn for_each_module(mut f: impl FnMut(&LoadedModule<'_>)) {
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut ctx as *mut Ctx<'_> as *mut libc::c_void) };
 }
 
+/// Threads the runtime itself started (the recorder's helper thread),
+/// which never run the program's code: rewriting the program's code is as
+/// safe with them running as without.
+static RUNTIME_TIDS: [std::sync::atomic::AtomicU32; 8] =
+    [const { std::sync::atomic::AtomicU32::new(0) }; 8];
+
+/// Registers the calling thread as one of the runtime's own (see
+/// [`other_threads`]); false when the table is full.
+pub fn register_runtime_thread() -> bool {
+    use std::sync::atomic::Ordering;
+    let me = gettid();
+    RUNTIME_TIDS.iter().any(|s| {
+        s.compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// Forgets the calling thread as one of the runtime's own (it is ending).
+pub fn unregister_runtime_thread() {
+    use std::sync::atomic::Ordering;
+    let me = gettid();
+    for s in &RUNTIME_TIDS {
+        let _ = s.compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}
+
+/// The process's threads other than the calling one and the runtime's own
+/// ([`register_runtime_thread`]); `None` if `/proc/self/task` cannot be
+/// read.
+pub fn other_threads() -> Option<usize> {
+    use std::sync::atomic::Ordering;
+    let me = gettid();
+    let d = std::fs::read_dir("/proc/self/task").ok()?;
+    Some(
+        d.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&t| t != me && !RUNTIME_TIDS.iter().any(|s| s.load(Ordering::Acquire) == t))
+            .count(),
+    )
+}
+
 /// The kernel thread id of the calling thread.
 pub fn gettid() -> u32 {
     // SAFETY: gettid has no arguments and cannot fail.

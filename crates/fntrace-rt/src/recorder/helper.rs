@@ -134,10 +134,22 @@ pub(crate) fn spawn(s: &'static Session) {
     if s.opts.snapshot_signal != 0 {
         install_snapshot_signal(s.opts.snapshot_signal);
     }
+    // The thread says it is the runtime's own before the start goes on, so
+    // that code rewriting at start-up (which needs no other thread running
+    // the program's code) does not wait for it to exist.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
     let r = std::thread::Builder::new()
         .name("fntrace-helper".into())
         .stack_size(256 << 10)
-        .spawn(move || super::guarded(|| run(s)));
+        .spawn(move || {
+            crate::procinfo::register_runtime_thread();
+            let _ = tx.send(());
+            super::guarded(|| run(s));
+            crate::procinfo::unregister_runtime_thread();
+        });
+    if r.is_ok() {
+        let _ = rx.recv_timeout(std::time::Duration::from_secs(1));
+    }
     if let Err(e) = r {
         crate::diag::diag!(
             "fntrace: cannot start the helper thread ({e}); trace memory is faulted in by the traced threads"
