@@ -8,10 +8,13 @@
 //! targets as pass/fail, writes `bench/results/<date>.json` and the
 //! "Side-by-side suite" section of `docs/BENCHMARKS.md`.
 //!
+//! `--exports` runs the export benchmark instead (`exports.rs`).
+//!
 //! The table `MODES` drives everything: a mode is a build kind (how the
 //! binary is compiled) and a way to run it.
 
 mod counts;
+mod exports;
 mod output;
 mod workloads;
 
@@ -50,6 +53,11 @@ pub struct Args {
     /// Do not update docs/BENCHMARKS.md.
     #[arg(long, conflicts_with = "docs")]
     pub no_docs: bool,
+    /// Instead of the suite: export speed and size (chrome, perfetto,
+    /// html) on each workload's `-pg` trace, and the HTML page's load
+    /// time in headless Chromium (tables printed, for docs/BENCHMARKS.md).
+    #[arg(long)]
+    pub exports: bool,
 }
 
 /// Which peer tools are installed.
@@ -466,7 +474,7 @@ fn real_main(args: Args) -> Result<(), String> {
         ctx.work.join("build").display()
     );
     let t_build = Instant::now();
-    let built = workloads::build_all(&ctx, &ws);
+    let built = workloads::build_all(&ctx, &ws, args.exports.then_some(BuildKind::Pg));
     let build_secs = t_build.elapsed().as_secs_f64();
     let mut bins: BTreeMap<(String, BuildKind), PathBuf> = BTreeMap::new();
     let mut build_errors: BTreeMap<(String, BuildKind), String> = BTreeMap::new();
@@ -482,6 +490,9 @@ fn real_main(args: Args) -> Result<(), String> {
         }
     }
     eprintln!("compare: builds done in {build_secs:.1} s");
+    if args.exports {
+        return exports::run(&ctx, &ws, &bins, reps);
+    }
 
     // Every (workload, mode) that can run.
     let mut results: Vec<WorkloadResult> = vec![];

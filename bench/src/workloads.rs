@@ -182,14 +182,18 @@ pub fn kinds(w: &Workload) -> &'static [BuildKind] {
     }
 }
 
-/// Builds every supported kind of every workload (C builds in parallel,
-/// Cargo builds alongside) and returns the binaries; failures are
-/// reported and leave the kind out.
-pub fn build_all(ctx: &Ctx, ws: &[Workload]) -> Vec<(String, BuildKind, Result<PathBuf, String>)> {
+/// Builds every supported kind (or only the kind `only`) of every
+/// workload (C builds in parallel, Cargo builds alongside) and returns the
+/// binaries; failures are reported and leave the kind out.
+pub fn build_all(
+    ctx: &Ctx,
+    ws: &[Workload],
+    only: Option<BuildKind>,
+) -> Vec<(String, BuildKind, Result<PathBuf, String>)> {
     let mut c_jobs = vec![];
     let mut rust_jobs = vec![];
     for w in ws {
-        for &k in kinds(w) {
+        for &k in kinds(w).iter().filter(|&&k| only.is_none_or(|o| o == k)) {
             if w.lang == Lang::C {
                 c_jobs.push((w.clone(), k));
             } else {

@@ -114,6 +114,7 @@ fn generate(path: &Path) -> u64 {
         start_mono_ns: 0,
         start_realtime_ns: 0,
         pid: 1,
+        ring_chunks: 0,
     };
     let mut head = vec![0u8; HEADER_SIZE as usize];
     head[..FINAL_OFFSET].copy_from_slice(&h.encode());
@@ -172,7 +173,7 @@ fn generate(path: &Path) -> u64 {
         end_mono_ns: 0,
         tsc_hz: hz,
         chunks,
-        lost_events: 0,
+        ..Final::default()
     };
     f.flush().unwrap();
     let mut file = f.into_inner().unwrap();

@@ -739,6 +739,11 @@ pub struct NamePattern {
 }
 
 impl NamePattern {
+    /// The pattern as given.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
     /// Parses a selector; an invalid regular expression is an error.
     pub fn new(text: &str) -> Result<NamePattern, regex::Error> {
         let meta = text.contains([

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use fntrace_format::Trace;
 
-use crate::analysis::{Clock, Event, Events, NamePattern, fmt_ns};
+use crate::analysis::{Clock, Event, NamePattern, fmt_ns};
+use crate::select::{SelectArgs, SelectedEvents, Selection};
 use crate::symbols::Symbolizer;
 use crate::tracefile::{open_checked, with_progress};
 use crate::{Error, Result};
@@ -63,8 +64,9 @@ pub struct CallGraph {
 }
 
 impl CallGraph {
-    /// Builds the graph.
-    pub fn build(trace: &Trace, pattern: &NamePattern) -> CallGraph {
+    /// Builds the graph from the calls `sel` selects (a selected call whose
+    /// caller is not selected has no caller in its backtraces).
+    pub fn build(trace: &Trace, pattern: &NamePattern, sel: &Selection) -> CallGraph {
         let mut sym = Symbolizer::new(trace.metadata());
         let mut matches: HashMap<u64, bool> = HashMap::default();
         let mut g = CallGraph {
@@ -79,9 +81,9 @@ impl CallGraph {
         };
         // Root nodes per matched function.
         let mut roots: HashMap<u64, usize> = HashMap::default();
-        for tid in trace.thread_ids() {
+        for tid in sel.threads(trace) {
             let mut stack: Vec<GraphFrame> = vec![];
-            for ev in Events::new(trace, tid) {
+            for ev in SelectedEvents::new(trace, tid, sel) {
                 match ev {
                     Event::Enter { func, tsc, .. } => {
                         let parent = stack.last().and_then(|f| f.node);
@@ -215,13 +217,13 @@ impl CallGraph {
     }
 }
 
-/// Writes `fntrace graph`.
+/// Writes `fntrace graph`, callees at most `levels` levels deep.
 pub fn write_graph(
     out: &mut dyn Write,
     trace: &Trace,
     g: &CallGraph,
     format: GraphFormat,
-    depth: Option<usize>,
+    levels: Option<usize>,
 ) -> io::Result<()> {
     let clock = Clock::of(trace);
     let mut sym = Symbolizer::new(trace.metadata());
@@ -278,7 +280,7 @@ pub fn write_graph(
                     node.calls,
                     sym.name(node.func)
                 )?;
-                if depth.is_some_and(|d| level + 1 >= d) {
+                if levels.is_some_and(|d| level + 1 >= d) {
                     continue;
                 }
                 let mut kids: Vec<usize> = node.children.values().copied().collect();
@@ -321,7 +323,8 @@ pub fn write_graph(
 
 impl CallGraph {
     /// Writes the callee trees as nested `<details>` elements (children by
-    /// total time, at most `depth` levels).
+    /// total time, at most `depth` levels), names shortened with the full
+    /// name on hover.
     pub fn write_html_tree(
         &self,
         out: &mut dyn Write,
@@ -339,13 +342,18 @@ impl CallGraph {
             left: usize,
         ) -> io::Result<()> {
             let x = &g.nodes[n];
-            let name = sym
-                .name(x.func)
-                .replace('&', "&amp;")
-                .replace('<', "&lt;")
-                .replace('>', "&gt;");
+            let esc = |s: &str| {
+                s.replace('&', "&amp;")
+                    .replace('<', "&lt;")
+                    .replace('>', "&gt;")
+                    .replace('"', "&quot;")
+            };
+            let full = sym.name(x.func);
+            let short = crate::export::html::short_name(full);
             let label = format!(
-                "{name} <span class=\"dim\">{} in {} calls</span>",
+                "<span title=\"{}\">{}</span> <span class=\"dim n\">{} in {} calls</span>",
+                esc(full),
+                esc(&short),
                 fmt_ns(clock.ns(x.total)),
                 x.calls
             );
@@ -368,25 +376,35 @@ impl CallGraph {
 }
 
 /// `fntrace graph`: the callers and callees of the functions `function`
-/// selects (see [`NamePattern`]) in the trace at `path`, callees at most
-/// `depth` levels deep.
+/// selects (see [`NamePattern`]) among the calls `select` selects in the
+/// trace at `path`, callees at most `levels` levels deep.
 pub fn run(
     out: &mut dyn Write,
     function: &str,
     path: &Path,
     format: GraphFormat,
-    depth: Option<usize>,
+    levels: Option<usize>,
+    select: &SelectArgs,
 ) -> Result<()> {
+    let sel = select.parse()?;
     let t = open_checked(path)?;
     let p = NamePattern::new(function)
         .map_err(Error::pattern(format!("bad function pattern {function:?}")))?;
-    let g = with_progress(&t, 1, "reading", || CallGraph::build(&t, &p));
+    let g = with_progress(&t, 1, "reading", || CallGraph::build(&t, &p, &sel));
     if g.is_empty() {
+        let hint = if sel.is_all() {
+            ""
+        } else if select.depth.is_some() {
+            " in the selection (-D/--depth selects levels of calls, as in replay; \
+             the callee levels shown are --levels)"
+        } else {
+            " in the selection"
+        };
         return Err(Error::Invalid(format!(
-            "{}: no calls of {function:?}",
+            "{}: no calls of {function:?}{hint}",
             path.display()
         )));
     }
-    write_graph(out, &t, &g, format, depth)?;
+    write_graph(out, &t, &g, format, levels)?;
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod demo;
 pub mod diff;
 pub mod error;
 pub mod export;
+pub mod functions;
 pub mod graph;
 pub mod info;
 pub mod limits;

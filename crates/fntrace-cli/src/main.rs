@@ -46,6 +46,11 @@ enum Cmd {
     /// List the markers declared in an executable or shared library (name,
     /// argument types, design, source location), read from the file.
     Markers(MarkersArgs),
+    /// List what `#[instrument_fn]` decided for each function of an
+    /// executable or shared library: per framework (source, mcount,
+    /// fentry, xray) and its options (args, retval, threshold), read from
+    /// the file.
+    Functions(FunctionsArgs),
     /// Record the bundled instrumented example and show report and replay.
     Demo(DemoArgs),
     /// Change what a running, traced process has switched on (patchable
@@ -125,9 +130,12 @@ struct GraphArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: GraphFormat,
-    /// Show this many levels of callees.
-    #[arg(short = 'D', long)]
-    depth: Option<usize>,
+    /// Show this many levels of callees (`-D/--depth` is the selection's
+    /// depth, as on replay).
+    #[arg(short = 'L', long)]
+    levels: Option<usize>,
+    #[command(flatten)]
+    select: fntrace_cli::select::SelectArgs,
 }
 
 // `fntrace export`.
@@ -174,6 +182,21 @@ struct MarkersArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+}
+
+// `fntrace functions`.
+#[derive(Args)]
+struct FunctionsArgs {
+    /// The executable or shared library.
+    binary: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Every function of the file, not only those the attribute
+    /// registered (the others with the defaults; source `on` when the
+    /// function has an `#[instrument_fn]` site).
+    #[arg(long)]
+    all: bool,
 }
 
 // `fntrace demo`.
@@ -266,13 +289,21 @@ fn run() -> Result<ExitCode> {
             &a.select,
         )?,
         Cmd::Replay(a) => replay::run(&mut out, &a.trace.path, &a.options)?,
-        Cmd::Graph(a) => graph::run(&mut out, &a.function, &a.trace.path, a.format, a.depth)?,
+        Cmd::Graph(a) => graph::run(
+            &mut out,
+            &a.function,
+            &a.trace.path,
+            a.format,
+            a.levels,
+            &a.select,
+        )?,
         Cmd::Export(a) => {
             export::run_weighted(&a.trace.path, a.format, &a.output, &a.select, a.weight)?
         }
         Cmd::Info(a) => info::run(&mut out, &a.trace.path)?,
         Cmd::Tui(a) => fntrace_cli::tui::run(&mut out, &a.trace.path, &a.options)?,
         Cmd::Markers(a) => markers::run(&mut out, &a.binary, a.format)?,
+        Cmd::Functions(a) => fntrace_cli::functions::run(&mut out, &a.binary, a.format, a.all)?,
         Cmd::Demo(a) => fntrace_cli::demo::run(&mut out, a.n)?,
         Cmd::Live(a) if a.command.first().is_some_and(|c| c == "snapshot") => {
             if a.command.len() > 1 {

@@ -6,7 +6,7 @@
 
 use fntrace_format::Trace;
 
-use crate::analysis::{Clock, NamePattern, parse_duration};
+use crate::analysis::{Clock, Event, Events, NamePattern, parse_duration};
 use crate::replay::parse_range;
 use crate::symbols::Symbolizer;
 use crate::{Error, Result};
@@ -340,6 +340,116 @@ impl crate::analysis::Visitor for SelectVisitor<'_, '_> {
         };
         if shown && self.in_time(tsc) && self.sel.depth.is_none_or(|d| rel <= d) {
             self.inner.marker(name, text, tsc);
+        }
+    }
+}
+
+/// One thread's [`Event`]s restricted to a [`Selection`]: the entries and
+/// exits of the selected calls (depths counted among them, so a selected
+/// call whose caller is not selected is at depth 0), the markers `replay`
+/// would show, and the argument and return values of selected calls
+/// (without a threshold; with one, a call's values come before its
+/// entry is known to be selected and are left out). With an empty
+/// selection it is the thread's events unchanged. Memory is bounded by the
+/// open call depth, as for [`Selector`].
+pub struct SelectedEvents<'s, 't> {
+    events: Events<'t>,
+    selector: Option<Selector<'s>>,
+    sym: Symbolizer<'t>,
+    queue: std::collections::VecDeque<Event>,
+    depth: usize,
+}
+
+impl<'s, 't> SelectedEvents<'s, 't> {
+    /// The selected events of thread `tid` of `trace`.
+    pub fn new(trace: &'t Trace, tid: u32, sel: &'s Selection) -> SelectedEvents<'s, 't> {
+        SelectedEvents {
+            events: Events::new(trace, tid),
+            selector: (!sel.is_all()).then(|| Selector::new(sel, trace)),
+            sym: Symbolizer::new(trace.metadata()),
+            queue: Default::default(),
+            depth: 0,
+        }
+    }
+
+    /// What was learnt about the thread (complete once exhausted).
+    pub fn into_summary(self) -> crate::analysis::ThreadSummary {
+        self.events.into_summary()
+    }
+}
+
+/// Queues what a [`Selector`] let through as events, at the selected depth.
+fn queue_selected(
+    queue: &mut std::collections::VecDeque<Event>,
+    depth: &mut usize,
+    x: &[Selected],
+) {
+    for &x in x {
+        match x {
+            Selected::Begin { func, tsc } => {
+                queue.push_back(Event::Enter {
+                    func,
+                    tsc,
+                    depth: *depth,
+                });
+                *depth += 1;
+            }
+            Selected::End { tsc } => {
+                *depth = depth.saturating_sub(1);
+                queue.push_back(Event::Exit {
+                    tsc,
+                    incomplete: false,
+                });
+            }
+        }
+    }
+}
+
+impl Iterator for SelectedEvents<'_, '_> {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(e) = self.queue.pop_front() {
+                return Some(e);
+            }
+            let ev = self.events.next()?;
+            let Some(s) = &mut self.selector else {
+                return Some(ev);
+            };
+            match ev {
+                Event::Enter { func, tsc, .. } => {
+                    let x = s.enter(func, tsc, &mut self.sym);
+                    queue_selected(&mut self.queue, &mut self.depth, x);
+                }
+                Event::Exit { tsc, incomplete } => {
+                    let x = s.exit(tsc);
+                    queue_selected(&mut self.queue, &mut self.depth, x);
+                    // The popped call's own end comes last.
+                    if let Some(Selected::End { .. }) = x.last()
+                        && let Some(Event::Exit { incomplete: i, .. }) = self.queue.back_mut()
+                    {
+                        *i = incomplete;
+                    }
+                }
+                Event::Marker { tsc, name, text } => {
+                    let (shown, x) = s.marker(tsc);
+                    queue_selected(&mut self.queue, &mut self.depth, x);
+                    if shown {
+                        self.queue.push_back(Event::Marker { tsc, name, text });
+                    }
+                }
+                Event::Args(v) => {
+                    if s.top_selected() {
+                        return Some(Event::Args(v));
+                    }
+                }
+                Event::RetVal(v) => {
+                    if s.top_selected() {
+                        return Some(Event::RetVal(v));
+                    }
+                }
+            }
         }
     }
 }

@@ -132,7 +132,7 @@ fn folded_flamegraph_graph_and_diff() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<?xml") && svg.contains("<svg") && svg.contains(">fib<"));
     // graph: backtrace main → fib, callee tree with the call counts.
-    let g = fntrace_ok(&["graph", "fib", &s(&a), "--depth", "3"]);
+    let g = fntrace_ok(&["graph", "fib", &s(&a), "--levels", "3"]);
     assert!(g.contains("[0] main") && g.contains("[1] fib"), "{g}");
     let tree: Vec<&str> = g
         .lines()
@@ -215,58 +215,6 @@ fn replay_time_range_and_colour() {
     assert!(col.contains("\x1b["));
     let plain = fntrace_ok(&["replay", &s(&a)]);
     assert!(!plain.contains("\x1b["), "colour when not a terminal");
-}
-
-#[test]
-fn html_page_renders_the_flame_graph_in_headless_chromium() {
-    let d = tempfile::tempdir().unwrap();
-    let bin = gcc(d.path(), FIB, "fib", &["-pg"]);
-    let s = |p: &Path| p.to_str().unwrap().to_string();
-    let a = d.path().join("a.data");
-    fntrace_ok(&["record", "-o", &s(&a), "--", &s(&bin), "15"]);
-    let html = d.path().join("a.html");
-    fntrace_ok(&["export", &s(&a), "--format", "html", "-o", &s(&html)]);
-    let page = std::fs::read_to_string(&html).unwrap();
-    assert!(page.contains("<details") && page.contains("data:image/svg+xml;base64,"));
-    assert!(
-        !page.contains("http://") || page.contains("www.w3.org"),
-        "must be offline"
-    );
-    let png = d.path().join("a.png");
-    let out = Command::new("chromium")
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1280,1400",
-        ])
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", html.display()))
-        .env("HOME", d.path())
-        .output()
-        .expect("chromium (Debian package) is required for this test");
-    assert!(
-        png.is_file(),
-        "no screenshot: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // Decode and count flame-coloured pixels (reds, oranges, yellows).
-    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
-    let mut r = dec.read_info().unwrap();
-    let mut buf = vec![0; r.output_buffer_size().unwrap()];
-    let info = r.next_frame(&mut buf).unwrap();
-    let ch = info.color_type.samples();
-    let px = &buf[..info.buffer_size()];
-    let total = px.len() / ch;
-    let flame = px
-        .chunks(ch)
-        .filter(|p| p[0] > 190 && p[2] < 110 && p[1] > 20 && p[1] < 235)
-        .count();
-    assert!(
-        flame * 100 > total * 2,
-        "only {flame} of {total} pixels look like a flame graph"
-    );
 }
 
 use fntrace_format::event::Framed;
@@ -901,14 +849,647 @@ fn exports_select_the_calls_replay_shows() {
             "{l}"
         );
     }
-    // A format without selections refuses them in one line, leaving no file.
-    let html = d.path().join("t.html");
+    // A --count trace has no calls to select: gmon says so in one line.
+    let counted = d.path().join("c.data");
+    fntrace_ok(&[
+        "record",
+        "--count",
+        "-o",
+        &s(&counted),
+        "--",
+        &s(&bin),
+        "threads",
+    ]);
+    let gmon = d.path().join("c.gmon");
     let r = Command::new(fntrace())
-        .args(["export", &s(&data), "--format", "html", "--tid", &tid, "-o"])
-        .arg(&html)
+        .args([
+            "export",
+            &s(&counted),
+            "--format",
+            "gmon",
+            "--tid",
+            &tid,
+            "-o",
+        ])
+        .arg(&gmon)
         .output()
         .unwrap();
     assert!(!r.status.success());
-    assert_eq!(String::from_utf8_lossy(&r.stderr).lines().count(), 1);
-    assert!(!html.exists());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--count"), "{err}");
+    assert!(!gmon.exists());
+}
+
+/// The caller of each replay slice of one thread (by depth), and whether
+/// a call of the same function is among its callers.
+fn replay_parents(slices: &[ReplaySlice]) -> Vec<(Option<usize>, bool)> {
+    let mut stack: Vec<usize> = vec![];
+    let mut out: Vec<(Option<usize>, bool)> = vec![];
+    for (i, s) in slices.iter().enumerate() {
+        stack.truncate(s.depth);
+        let p = stack.last().copied();
+        let recursive = stack.iter().any(|&a| slices[a].name == s.name);
+        out.push((p, recursive));
+        stack.push(i);
+    }
+    out
+}
+
+/// The "called" field gprof prints for `func` in its call graph (none
+/// when gprof has no entry for it).
+fn gprof_called(bin: &Path, gmon: &Path, func: &str) -> Option<String> {
+    let out = Command::new("gprof")
+        .args(["-b", "-q"])
+        .arg(bin)
+        .arg(gmon)
+        .output()
+        .expect("gprof (binutils) is required");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('[') && l.contains(&format!(" {func} [")))?;
+    // "[1]  0.0  0.00  0.00  1+21890  fib [1]": the field before the name.
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let i = fields.iter().position(|f| *f == func).unwrap();
+    Some(fields[i - 1].to_string())
+}
+
+/// The slices of an llvm-xray log as `llvm-xray convert` reads them
+/// (trace-event output, symbolized): per thread, in order of entry,
+/// (name, depth, duration in ns).
+fn xray_slices(bin: &Path, log: &Path) -> HashMap<u64, Vec<(String, usize, f64)>> {
+    let out = Command::new("llvm-xray")
+        .arg("convert")
+        .arg(format!("-instr_map={}", bin.display()))
+        .args(["-output-format=trace_event", "-symbolize"])
+        .arg(log)
+        .output()
+        .expect("llvm-xray is required");
+    assert!(
+        out.status.success(),
+        "llvm-xray convert: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut per: HashMap<u64, Vec<(String, usize, f64)>> = HashMap::new();
+    let mut open: HashMap<u64, Vec<(usize, f64)>> = HashMap::new();
+    for e in v["traceEvents"].as_array().unwrap() {
+        let tid: u64 = e["tid"].as_str().unwrap().parse().unwrap();
+        let ts: f64 = e["ts"].as_str().unwrap().parse::<f64>().unwrap() * 1e3;
+        let slices = per.entry(tid).or_default();
+        let stack = open.entry(tid).or_default();
+        match e["ph"].as_str().unwrap() {
+            "B" => {
+                stack.push((slices.len(), ts));
+                let name = e["name"].as_str().unwrap().to_string();
+                slices.push((name, stack.len() - 1, 0.0));
+            }
+            "E" => {
+                let (i, start) = stack.pop().expect("an E without its B");
+                slices[i].2 = ts - start;
+            }
+            ph => panic!("phase {ph}"),
+        }
+    }
+    assert!(open.values().all(|s| s.is_empty()), "calls left open");
+    per
+}
+
+/// `gmon`, `xray`, `graph` (and the counts of `html`) with a selection
+/// hold the calls `replay` shows with the same selection: llvm-xray reads
+/// the selected entries and exits back as the same slices (names,
+/// nesting, durations), gprof reads the arcs between selected calls, and
+/// `graph` counts the selected calls of its function.
+#[test]
+fn gmon_xray_and_graph_select_the_calls_replay_shows() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = d.path().join("threads-xray");
+    let st = Command::new("clang-14")
+        .args([
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-Wno-unknown-attributes",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+        ])
+        .arg(&bin)
+        .arg(THREADS)
+        .arg("-lpthread")
+        .status()
+        .expect("clang-14 is required");
+    assert!(st.success());
+    let data = d.path().join("t.data");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    fntrace_ok(&["record", "-o", &s(&data), "--", &s(&bin), "threads"]);
+    let all = replay_slices(&data, &[]);
+    let all_n: usize = all.values().map(|v| v.len()).sum();
+    let worker_tid = all
+        .iter()
+        .find(|(_, v)| v[0].name == "worker")
+        .map(|(t, _)| t.to_string())
+        .unwrap();
+    let tid = worker_tid.as_str();
+    let cases: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["--tid", tid],
+        vec!["--filter", "worker", "--depth", "3"],
+        vec!["--filter", "^fib$", "--depth", "2"],
+        vec!["--threshold", "2us"],
+        vec!["--tid", tid, "--threshold", "500ns", "-D", "4"],
+    ];
+    let (data_s, log, gmon) = (s(&data), d.path().join("x.log"), d.path().join("g.out"));
+    let (log_s, gmon_s) = (s(&log), s(&gmon));
+    for case in &cases {
+        let want = replay_slices(&data, case);
+        let n: usize = want.values().map(|v| v.len()).sum();
+        assert!(
+            n > 0 && (case.is_empty() || n < all_n),
+            "{case:?}: {n} of {all_n}"
+        );
+        // XRay: the same slices, read back by llvm-xray.
+        let mut args = vec!["export", &data_s, "--format", "xray", "-o", &log_s];
+        args.extend(case);
+        fntrace_ok(&args);
+        let got = xray_slices(&bin, &log);
+        let mut wt: Vec<_> = want.keys().collect();
+        let mut gt: Vec<_> = got.keys().collect();
+        wt.sort();
+        gt.sort();
+        assert_eq!(gt, wt, "{case:?}: threads");
+        for (tid, w) in &want {
+            let g = &got[tid];
+            assert_eq!(g.len(), w.len(), "{case:?}: calls of {tid}");
+            for (w, g) in w.iter().zip(g) {
+                assert_eq!((&g.0, g.1), (&w.name, w.depth), "{case:?} on {tid}");
+                assert!(
+                    (g.2 - w.dur as f64).abs() <= (w.resolution + 2) as f64,
+                    "{case:?}: {} on {tid}: {} ns, replay {} ns",
+                    w.name,
+                    g.2,
+                    w.dur
+                );
+            }
+        }
+        let acc = Command::new("llvm-xray")
+            .arg("account")
+            .arg(format!("-instr_map={}", bin.display()))
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert!(acc.status.success(), "llvm-xray account {case:?}");
+        // gmon: gprof's calls of fib are the arcs between selected calls
+        // (from another function + from fib itself).
+        let mut args = vec!["export", &data_s, "--format", "gmon", "-o", &gmon_s];
+        args.extend(case);
+        fntrace_ok(&args);
+        let (mut from_other, mut from_fib) = (0, 0);
+        for w in want.values() {
+            for (sl, (p, _)) in w.iter().zip(replay_parents(w)) {
+                match p {
+                    Some(p) if sl.name == "fib" && w[p].name == "fib" => from_fib += 1,
+                    Some(_) if sl.name == "fib" => from_other += 1,
+                    _ => {}
+                }
+            }
+        }
+        let expect = match (from_other, from_fib) {
+            (0, 0) => None,
+            (a, 0) => Some(a.to_string()),
+            (a, b) => Some(format!("{a}+{b}")),
+        };
+        assert_eq!(gprof_called(&bin, &gmon, "fib"), expect, "gmon {case:?}");
+        // graph fib --levels 2: calls of fib with no fib above them, and
+        // of fib right below those.
+        let mut args = vec!["graph", "fib", &data_s, "--levels", "2"];
+        args.extend(case);
+        let (mut roots, mut below) = (0u64, 0u64);
+        for w in want.values() {
+            let ps = replay_parents(w);
+            for (i, sl) in w.iter().enumerate() {
+                if sl.name != "fib" {
+                    continue;
+                }
+                if !ps[i].1 {
+                    roots += 1;
+                } else if let Some(p) = ps[i].0
+                    && w[p].name == "fib"
+                    && !ps[p].1
+                {
+                    below += 1;
+                }
+            }
+        }
+        let g = fntrace_ok(&args);
+        let rows: Vec<Vec<&str>> = g
+            .lines()
+            .skip_while(|l| !l.contains("CALL GRAPH"))
+            .skip(2)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows[0][3], "fib", "{g}");
+        assert_eq!(rows[0][2], roots.to_string(), "graph {case:?}: {g}");
+        if below > 0 {
+            assert_eq!(rows[1][3], "+-fib", "{g}");
+            assert_eq!(rows[1][2], below.to_string(), "graph {case:?}: {g}");
+        } else {
+            assert_eq!(rows.len(), 1, "graph {case:?}: {g}");
+        }
+    }
+    // graph's -D is the selection's depth: fib is not among the outermost
+    // calls, and the error says where the callee levels went.
+    let r = Command::new(fntrace())
+        .args(["graph", "fib", &data_s, "-D", "1"])
+        .output()
+        .unwrap();
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--levels"), "{err}");
+}
+
+/// Headless Chromium's window in the HTML tests: tall enough for every
+/// lane of the threads program and the flame graph below them.
+const WINDOW: (u32, u32) = (1280, 3000);
+
+fn chromium(home: &Path) -> Command {
+    let mut c = Command::new("chromium");
+    c.args([
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+    ])
+    .arg(format!("--window-size={},{}", WINDOW.0, WINDOW.1))
+    .env("HOME", home);
+    c
+}
+
+/// The DOM of `url` after its scripts ran, and how long Chromium took.
+fn chromium_dom(home: &Path, url: &str) -> (String, std::time::Duration) {
+    let t = std::time::Instant::now();
+    let out = chromium(home)
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .expect("chromium (Debian package) is required for this test");
+    let took = t.elapsed();
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        dom.contains("data-drawn=\"1\""),
+        "the page did not finish drawing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (dom, took)
+}
+
+/// A screenshot of `url`: (width, channels, pixels).
+fn chromium_png(home: &Path, url: &str) -> (usize, usize, Vec<u8>) {
+    let png = home.join("shot.png");
+    let _ = std::fs::remove_file(&png);
+    let out = chromium(home)
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(url)
+        .output()
+        .expect("chromium (Debian package) is required for this test");
+    assert!(
+        png.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+    let mut r = dec.read_info().unwrap();
+    let mut buf = vec![0; r.output_buffer_size().unwrap()];
+    let info = r.next_frame(&mut buf).unwrap();
+    buf.truncate(info.buffer_size());
+    (info.width as usize, info.color_type.samples(), buf)
+}
+
+/// The value of attribute `name` in the element text `el`.
+fn attr<'a>(el: &'a str, name: &str) -> Option<&'a str> {
+    let k = format!(" {name}=\"");
+    let i = el.find(&k)? + k.len();
+    Some(&el[i..i + el[i..].find('"')?])
+}
+
+/// The timeline's lane labels: (tid, embedded calls, rows, page top of
+/// the first row, page x of the slice area's left and right).
+fn lanes(dom: &str) -> Vec<(u64, usize, usize, usize, usize, usize)> {
+    dom.split("<div class=\"lane\"")
+        .skip(1)
+        .map(|el| {
+            let el = &el[..el.find('>').unwrap()];
+            let n = |k: &str| attr(el, k).unwrap().parse::<usize>().unwrap();
+            (
+                n("data-tid") as u64,
+                n("data-slices"),
+                n("data-rows"),
+                n("data-top"),
+                n("data-x0"),
+                n("data-x1"),
+            )
+        })
+        .collect()
+}
+
+/// The calls the page holds, as its #selftest listing gives them: per
+/// thread, in order of entry, (depth, start ns, duration ns, name); and
+/// the marker lines.
+#[allow(clippy::type_complexity)]
+fn page_calls(dom: &str) -> (HashMap<u64, Vec<(usize, u64, u64, String)>>, Vec<String>) {
+    let i = dom
+        .rfind("<pre id=\"selftest\">")
+        .expect("#selftest listing");
+    let text = &dom[i + "<pre id=\"selftest\">".len()..];
+    let text = &text[..text.find("</pre>").unwrap()];
+    let text = text
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&");
+    let mut per: HashMap<u64, Vec<(usize, u64, u64, String)>> = HashMap::new();
+    let mut markers = vec![];
+    for l in text.lines() {
+        let f: Vec<&str> = l.splitn(5, ' ').collect();
+        if f[1] == "marker" {
+            markers.push(l.to_string());
+            continue;
+        }
+        per.entry(f[0].parse().unwrap()).or_default().push((
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+            f[4].to_string(),
+        ));
+    }
+    (per, markers)
+}
+
+/// The HTML page of the threads program, with and without selections,
+/// in headless Chromium: it finishes drawing, has a lane per thread with
+/// that thread's calls, holds exactly the calls `replay` shows with the
+/// same selection (names, depths, durations), draws a slice in every
+/// lane and a flame graph; markers of a synthetic trace are on its
+/// timeline. Then a 1 M-call trace: the time Chromium takes to open and
+/// draw it is printed (the 3 s target is checked by `fntrace-bench
+/// --bin export`, not here).
+#[test]
+fn html_page_timeline_lanes_and_flame_graph_in_headless_chromium() {
+    let d = tempfile::tempdir().unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let bin = gcc(d.path(), THREADS, "threads", &["-finstrument-functions"]);
+    let data = d.path().join("t.data");
+    fntrace_ok(&["record", "-o", &s(&data), "--", &s(&bin), "threads"]);
+    let all = replay_slices(&data, &[]);
+    let worker = all
+        .iter()
+        .find(|(_, v)| v[0].name == "worker")
+        .map(|(t, _)| t.to_string())
+        .unwrap();
+    let html = d.path().join("t.html");
+    let cases: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["--tid", &worker, "-t", "500ns"],
+        vec!["--filter", "^fib$", "-D", "3"],
+    ];
+    for case in &cases {
+        let (data_s, html_s) = (s(&data), s(&html));
+        let mut args = vec!["export", &data_s, "--format", "html", "-o", &html_s];
+        args.extend(case);
+        fntrace_ok(&args);
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(
+            !page.contains("http://") && !page.contains("https://") || page.contains("www.w3.org"),
+            "must be offline"
+        );
+        let url = format!("file://{}#selftest", html.display());
+        let (dom, _) = chromium_dom(d.path(), &url);
+        let want = replay_slices(&data, case);
+        let ls = lanes(&dom);
+        let tids: Vec<u64> = ls.iter().map(|l| l.0).collect();
+        if case.is_empty() {
+            assert_eq!(ls.len(), 9, "a lane per thread");
+        }
+        let (got, _) = page_calls(&dom);
+        for (tid, w) in &want {
+            let lane = ls.iter().find(|l| l.0 == *tid).unwrap_or_else(|| {
+                panic!("{case:?}: no lane for thread {tid} in {tids:?}");
+            });
+            assert_eq!(lane.1, w.len(), "{case:?}: calls in the lane of {tid}");
+            let g = &got[tid];
+            assert_eq!(g.len(), w.len(), "{case:?}: calls of {tid}");
+            for (w, g) in w.iter().zip(g) {
+                assert_eq!((&g.3, g.0), (&w.name, w.depth), "{case:?} on {tid}");
+                assert!(
+                    g.2.abs_diff(w.dur) <= w.resolution + 1,
+                    "{case:?}: {} on {tid}: {} ns, replay {} ns",
+                    w.name,
+                    g.2,
+                    w.dur
+                );
+            }
+        }
+        // The wheel zoomed in around the middle, D panned right; the flame
+        // graph of each thread has its outermost calls, all threads their sum.
+        let view: Vec<f64> = attr(&dom, "data-selftest-view")
+            .unwrap()
+            .split(' ')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert!(
+            view[1] < view[0] * 0.6 && view[2] > 0.0,
+            "{case:?}: view {view:?}"
+        );
+        let roots: Vec<usize> = attr(&dom, "data-selftest-flame")
+            .unwrap()
+            .split(' ')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(roots.len(), ls.len() + 1, "{case:?}");
+        for (l, &n) in ls.iter().zip(&roots[1..]) {
+            let outer = want
+                .get(&l.0)
+                .map_or(0, |w| w.iter().filter(|s| s.depth == 0).count());
+            assert_eq!(n, outer, "{case:?}: flame graph of {}", l.0);
+        }
+        assert_eq!(
+            roots[0],
+            roots[1..].iter().sum::<usize>(),
+            "{case:?}: all threads"
+        );
+        let page_n: usize = got.values().map(|v| v.len()).sum();
+        let want_n: usize = want.values().map(|v| v.len()).sum();
+        assert_eq!(page_n, want_n, "{case:?}");
+        if !case.is_empty() {
+            continue;
+        }
+        // The screenshot: every lane has coloured slices in its first row;
+        // the flame graph has its warm colours.
+        let (w, ch, px) = chromium_png(d.path(), &format!("file://{}", html.display()));
+        let at = |x: usize, y: usize| &px[(y * w + x) * ch..(y * w + x) * ch + 3];
+        let coloured = |p: &[u8]| p.iter().max().unwrap() - p.iter().min().unwrap() > 40;
+        for l in &ls {
+            let y = l.3 + 6;
+            assert!(y < WINDOW.1 as usize, "lane of {} below the window", l.0);
+            let n = (l.4..l.5.min(w)).filter(|&x| coloured(at(x, y))).count();
+            assert!(n > 0, "no slice drawn in the lane of {}", l.0);
+        }
+        let flame = px
+            .chunks(ch)
+            .filter(|p| p[0] > 200 && p[1] >= 55 && p[1] < 235 && p[2] < 60)
+            .count();
+        assert!(flame > 5_000, "only {flame} pixels look like a flame graph");
+    }
+    // Markers on the timeline, with their arguments.
+    let mut b = synthetic_trace(&[(0x10, "fib"), (0x20, "leaf")]);
+    let mut c = b.new_chunk(&chunk_header(1, 0, 0, 1000));
+    assert!(c.entry(10, 0x10));
+    assert!(c.entry(200, 0x20));
+    assert!(c.exit(300));
+    assert!(c.framed(&Framed::Marker {
+        d: 5,
+        name: b"net_rx",
+        text: b"len=64"
+    }));
+    assert!(c.exit(10));
+    c.seal();
+    b.push_chunk(&c);
+    let m = d.path().join("m.data");
+    finish_trace(b, 30_000, &m);
+    let mh = d.path().join("m.html");
+    fntrace_ok(&["export", &s(&m), "--format", "html", "-o", &s(&mh)]);
+    let (dom, _) = chromium_dom(d.path(), &format!("file://{}#selftest", mh.display()));
+    let (calls, markers) = page_calls(&dom);
+    assert_eq!(markers, ["1 marker 515 net_rx len=64"]);
+    assert_eq!(
+        calls[&1],
+        [
+            (0, 10, 515, "fib".to_string()),
+            (1, 210, 300, "leaf".to_string())
+        ]
+    );
+    // A 1 M-call trace (main and fib(28): 1,028,458 calls): the time to open it.
+    let fib = gcc(d.path(), FIB, "fib", &["-pg"]);
+    let big = d.path().join("big.data");
+    fntrace_ok(&["record", "-o", &s(&big), "--", &s(&fib), "28"]);
+    let bh = d.path().join("big.html");
+    let t = std::time::Instant::now();
+    fntrace_ok(&["export", &s(&big), "--format", "html", "-o", &s(&bh)]);
+    let export = t.elapsed();
+    let (dom, took) = chromium_dom(d.path(), &format!("file://{}", bh.display()));
+    let drawn_ms = attr(&dom, "data-load-ms").unwrap();
+    let calls: usize = lanes(&dom).iter().map(|l| l.1).sum();
+    assert_eq!(
+        calls, 1_028_458,
+        "every call (main and fib) on the timeline"
+    );
+    println!(
+        "html: 1,028,458 calls, page {:.1} MB, export {:.2} s (debug build), drawn {drawn_ms} ms \
+         after navigation start, chromium --dump-dom run {:.2} s",
+        std::fs::metadata(&bh).unwrap().len() as f64 / 1e6,
+        export.as_secs_f64(),
+        took.as_secs_f64()
+    );
+}
+
+/// Standard base64 decoding (for the page's embedded arrays).
+fn unbase64(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let b = s.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(b.len() * 3 / 4);
+    for c in b.chunks(4) {
+        let mut n = 0u32;
+        for (i, &x) in c.iter().enumerate() {
+            n |= u32::from(val(x)) << (18 - 6 * i);
+        }
+        out.push((n >> 16) as u8);
+        if c.len() > 2 {
+            out.push((n >> 8) as u8);
+        }
+        if c.len() > 3 {
+            out.push(n as u8);
+        }
+    }
+    out
+}
+
+/// More calls than the page's timeline holds: it keeps the longest, says
+/// so in the page, and the flame graph still counts every call.
+#[test]
+fn html_page_bounds_the_timeline_and_says_what_it_left_out() {
+    let mut b = synthetic_trace(&[(0x10, "work")]);
+    let (mut seq, mut tsc) = (0u32, 1000u64);
+    let mut c = b.new_chunk(&chunk_header(1, seq, 0, tsc));
+    const N: u64 = 1_100_000;
+    for i in 0..N {
+        let dur = if i % 11 < 6 { 1000 } else { 10 };
+        for (depth, d, enter) in [(0, 5, true), (1, dur, false)] {
+            let ok = |c: &mut fntrace_format::writer::ChunkBuf| {
+                if enter { c.entry(d, 0x10) } else { c.exit(d) }
+            };
+            if !ok(&mut c) {
+                c.seal();
+                b.push_chunk(&c);
+                seq += 1;
+                c = b.new_chunk(&chunk_header(1, seq, depth, tsc));
+                assert!(ok(&mut c));
+            }
+            tsc += d;
+        }
+    }
+    c.seal();
+    b.push_chunk(&c);
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("big.data");
+    finish_trace(b, tsc + 10, &p);
+    let html = d.path().join("big.html");
+    fntrace_ok(&[
+        "export",
+        p.to_str().unwrap(),
+        "--format",
+        "html",
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    let tag = "<script id=\"data\" type=\"application/json\">";
+    let json = &page[page.find(tag).unwrap() + tag.len()..];
+    let json = &json[..json.find("</script>").unwrap()];
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    let notes = v["notes"].as_array().unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let note = notes[0].as_str().unwrap();
+    assert!(
+        note.contains("the 600000 longest of 1100000 calls"),
+        "{note}"
+    );
+    let t = &v["threads"][0];
+    assert_eq!(t["calls"], N);
+    let durs: Vec<f64> = unbase64(t["dur"].as_str().unwrap())
+        .chunks(8)
+        .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    assert_eq!(durs.len(), 600_000);
+    assert!(durs.iter().all(|&d| d == 1000.0));
+    // The flame graph's root counts every call, and all their time.
+    let calls = unbase64(t["flame"]["calls"].as_str().unwrap());
+    assert_eq!(f64::from_le_bytes(calls[..8].try_into().unwrap()), N as f64);
+    let total = unbase64(t["flame"]["total"].as_str().unwrap());
+    assert_eq!(
+        f64::from_le_bytes(total[..8].try_into().unwrap()),
+        (600_000 * 1000 + 500_000 * 10) as f64
+    );
 }

@@ -511,6 +511,7 @@ fn synthetic(path: &Path) {
         start_mono_ns: 0,
         start_realtime_ns: 0,
         pid: 7,
+        ring_chunks: 0,
     });
     let mut meta = b.new_chunk(&hdr(META_TID, 0, 0, 1000));
     for (key, name, line) in [

@@ -44,6 +44,23 @@ use syn::{
 /// functions never get it. Other builds (`cargo build`, plain `xray`,
 /// other modes) expand exactly as without it.
 ///
+/// Options (the RFC's future possibilities), any subset, in a list:
+/// `#[instrument_fn(mcount = "off", xray = "on", fentry = "off", source =
+/// "on")]` sets each framework (`patchable` is `fentry`); `"off"` means the
+/// framework never patches or records the function, `"on"` is XRay's
+/// always-instrument and otherwise just not excluded. `on`/`off` first set
+/// all four (`(off, xray = "on")`). Unnamed frameworks keep the enclosing
+/// item's setting; inner items override outer ones. `args = "1,2"` and
+/// `retval` capture integer arguments (1–6) and the return value without
+/// `-A`/`-R` where the mechanism can (fentry, patchable entries, rewritten
+/// mcount calls); `threshold = "10us"` is recorded in the binary but not
+/// applied yet. The settings go into section `fntrace_policy` (read by the
+/// runtimes, `fntrace functions` and `cargo fntrace`) for free functions
+/// and methods of non-generic impls; on generic or `async` functions and
+/// trait default methods only `source` can apply, and other options
+/// written directly on them are errors. Unknown options and bad values are
+/// errors at the token.
+///
 /// `const fn`s and functions without bodies inside a container are left
 /// alone; turning the attribute on for one of them (directly, or explicitly
 /// inside a container) is an error. On any other kind of item (a struct, a
@@ -55,38 +72,347 @@ pub fn instrument_fn(args: TokenStream, input: TokenStream) -> TokenStream {
     expand(args.into(), input.into()).into()
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
+/// On or off, for one framework.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Sw {
     On,
     Off,
 }
 
-/// Parses the attribute's value: nothing, `on`/`off` or `"on"`/`"off"`.
-fn parse_value(tokens: &TokenStream2) -> syn::Result<Mode> {
+/// The frameworks, in the order of [`Policy::fw`].
+const FRAMEWORKS: [&str; 4] = ["source", "mcount", "fentry", "xray"];
+const SOURCE: usize = 0;
+const XRAY: usize = 3;
+
+/// What applies to one function: the resolved attribute.
+#[derive(Clone, Copy, PartialEq, Debug)]
+struct Policy {
+    /// Per framework (see [`FRAMEWORKS`]).
+    fw: [Sw; 4],
+    /// Arguments to record (bit `i`: argument `i + 1`).
+    args: u8,
+    retval: bool,
+    /// Keep only calls at least this long (ns; 0: all).
+    threshold_ns: u64,
+}
+
+impl Policy {
+    const ON: Policy = Policy {
+        fw: [Sw::On; 4],
+        args: 0,
+        retval: false,
+        threshold_ns: 0,
+    };
+
+    fn source(&self) -> bool {
+        self.fw[SOURCE] == Sw::On
+    }
+}
+
+/// One `#[instrument_fn(...)]` as written: changes to the inherited policy.
+#[derive(Clone, Default)]
+struct Attr {
+    fw: [Option<Sw>; 4],
+    args: Option<u8>,
+    retval: Option<bool>,
+    threshold_ns: Option<u64>,
+    /// The first option that needs the function's address in the binary
+    /// (a compiler framework, `args`, `retval`, `threshold`): an error on a
+    /// function that cannot be registered.
+    needs_address: Option<Span>,
+}
+
+impl Attr {
+    fn all(sw: Sw) -> Attr {
+        Attr {
+            fw: [Some(sw); 4],
+            ..Attr::default()
+        }
+    }
+
+    fn apply(&self, base: Policy) -> Policy {
+        let mut p = base;
+        for (i, f) in self.fw.iter().enumerate() {
+            if let Some(f) = f {
+                p.fw[i] = *f;
+            }
+        }
+        if let Some(a) = self.args {
+            p.args = a;
+        }
+        if let Some(r) = self.retval {
+            p.retval = r;
+        }
+        if let Some(t) = self.threshold_ns {
+            p.threshold_ns = t;
+        }
+        p
+    }
+}
+
+const KEYS: &str = "on, off, source, mcount, fentry, xray, args, retval, threshold";
+
+/// Parses the attribute's arguments: nothing, `on`/`off`, `"on"`/`"off"`,
+/// or a list of options (`mcount = "off", xray = "on", args = "1,2",
+/// retval, threshold = "10us"`).
+fn parse_attr(tokens: &TokenStream2) -> syn::Result<Attr> {
+    let mut it = tokens.clone().into_iter();
+    match (it.next(), it.next()) {
+        (None, _) => return Ok(Attr::all(Sw::On)),
+        // A value passed through a `macro_rules!` fragment.
+        (Some(TokenTree::Group(g)), None) if g.delimiter() == Delimiter::None => {
+            return parse_attr(&g.stream());
+        }
+        (Some(TokenTree::Literal(_)), None) => return parse_value(tokens).map(Attr::all),
+        _ => {}
+    }
+    let mut attr = Attr::default();
+    let mut seen: Vec<String> = vec![];
+    let mut errs = Errors::default();
+    for seg in split_commas(tokens) {
+        if let Err(e) = parse_option(&seg, &mut attr, &mut seen) {
+            errs.push(e);
+        }
+    }
+    match errs.0 {
+        Some(e) => Err(e),
+        None => Ok(attr),
+    }
+}
+
+/// Splits at top-level commas (empty pieces, as after a trailing comma,
+/// are dropped).
+fn split_commas(tokens: &TokenStream2) -> Vec<Vec<TokenTree>> {
+    let mut out = vec![vec![]];
+    for tt in tokens.clone() {
+        match &tt {
+            TokenTree::Punct(p) if p.as_char() == ',' => out.push(vec![]),
+            _ => out.last_mut().unwrap().push(tt),
+        }
+    }
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// One option of the list form.
+fn parse_option(seg: &[TokenTree], attr: &mut Attr, seen: &mut Vec<String>) -> syn::Result<()> {
+    let seg: Vec<TokenTree> = match seg {
+        [TokenTree::Group(g)] if g.delimiter() == Delimiter::None => {
+            g.stream().into_iter().collect()
+        }
+        _ => seg.to_vec(),
+    };
+    let key = match &seg[0] {
+        TokenTree::Ident(i) => i.clone(),
+        other => {
+            return Err(Error::new_spanned(
+                other,
+                format!("expected an option of #[instrument_fn] ({KEYS}), found `{other}`"),
+            ));
+        }
+    };
+    let name = key.to_string();
+    let value: Option<&[TokenTree]> = match seg.get(1) {
+        None => None,
+        Some(TokenTree::Punct(p)) if p.as_char() == '=' => {
+            if seg.len() < 3 {
+                return Err(Error::new_spanned(
+                    p,
+                    format!("expected a value after `{name} =`"),
+                ));
+            }
+            Some(&seg[2..])
+        }
+        Some(other) => {
+            return Err(Error::new_spanned(
+                other,
+                format!("expected `,` or `=` after `{name}`, found `{other}`"),
+            ));
+        }
+    };
+    let canonical = if name == "patchable" {
+        "fentry"
+    } else {
+        name.as_str()
+    };
+    let group = if canonical == "on" || canonical == "off" {
+        "on/off"
+    } else {
+        canonical
+    };
+    if seen.iter().any(|s| s == group) {
+        let msg = if group == "on/off" {
+            "give `on` or `off` once, first, then framework options".to_string()
+        } else {
+            format!("`{name}` is given more than once in this #[instrument_fn]")
+        };
+        return Err(Error::new_spanned(&key, msg));
+    }
+    let value_tokens = |v: &[TokenTree]| v.iter().cloned().collect::<TokenStream2>();
+    match canonical {
+        "on" | "off" => {
+            if let Some(v) = value {
+                return Err(Error::new_spanned(
+                    value_tokens(v),
+                    format!("`{name}` takes no value"),
+                ));
+            }
+            let sw = if name == "on" { Sw::On } else { Sw::Off };
+            // `on`/`off` first, framework options after it refine it.
+            if attr.fw.iter().any(Option::is_some) {
+                return Err(Error::new_spanned(
+                    &key,
+                    format!("`{name}` must come before the framework options"),
+                ));
+            }
+            attr.fw = [Some(sw); 4];
+        }
+        "source" | "mcount" | "fentry" | "xray" => {
+            let Some(v) = value else {
+                return Err(Error::new_spanned(
+                    &key,
+                    format!("expected `{name} = \"on\"` or `{name} = \"off\"`"),
+                ));
+            };
+            let i = FRAMEWORKS.iter().position(|f| *f == canonical).unwrap();
+            attr.fw[i] = Some(parse_switch(&name, &value_tokens(v))?);
+            if i != SOURCE {
+                attr.needs_address.get_or_insert(key.span());
+            }
+        }
+        "retval" => {
+            let on = match value {
+                None => true,
+                Some(v) => parse_switch(&name, &value_tokens(v))? == Sw::On,
+            };
+            attr.retval = Some(on);
+            attr.needs_address.get_or_insert(key.span());
+        }
+        "args" => {
+            let Some(v) = value else {
+                return Err(Error::new_spanned(
+                    &key,
+                    "expected `args = \"1,2\"` (argument numbers 1 to 6)",
+                ));
+            };
+            attr.args = Some(parse_args(&value_tokens(v))?);
+            attr.needs_address.get_or_insert(key.span());
+        }
+        "threshold" => {
+            let Some(v) = value else {
+                return Err(Error::new_spanned(&key, "expected `threshold = \"10us\"`"));
+            };
+            attr.threshold_ns = Some(parse_threshold(&value_tokens(v))?);
+            attr.needs_address.get_or_insert(key.span());
+        }
+        _ => {
+            return Err(Error::new_spanned(
+                &key,
+                format!(
+                    "unknown #[instrument_fn] option or framework `{name}` (expected one of {KEYS})"
+                ),
+            ));
+        }
+    }
+    seen.push(group.to_string());
+    Ok(())
+}
+
+/// The text of a value: a string literal or a bare word.
+fn value_text(tokens: &TokenStream2) -> Option<String> {
+    let mut it = tokens.clone().into_iter();
+    match (it.next(), it.next()) {
+        (Some(TokenTree::Ident(i)), None) => Some(i.to_string()),
+        (Some(TokenTree::Literal(l)), None) => syn::parse2::<LitStr>(l.into_token_stream())
+            .ok()
+            .map(|s| s.value()),
+        (Some(TokenTree::Group(g)), None) if g.delimiter() == Delimiter::None => {
+            value_text(&g.stream())
+        }
+        _ => None,
+    }
+}
+
+fn parse_switch(key: &str, tokens: &TokenStream2) -> syn::Result<Sw> {
+    match value_text(tokens).as_deref() {
+        Some("on") => Ok(Sw::On),
+        Some("off") => Ok(Sw::Off),
+        _ => Err(Error::new_spanned(
+            tokens,
+            format!("expected \"on\" or \"off\" as the value of `{key}`, found `{tokens}`"),
+        )),
+    }
+}
+
+/// `"1,2"`: argument numbers 1 to 6 (the System V integer argument
+/// registers), as a bit set.
+fn parse_args(tokens: &TokenStream2) -> syn::Result<u8> {
+    let bad = |why: &str| {
+        Error::new_spanned(
+            tokens,
+            format!("bad `args` value `{tokens}`: {why} (e.g. args = \"1,2\")"),
+        )
+    };
+    let text = value_text(tokens).ok_or_else(|| bad("expected a string"))?;
+    let mut mask = 0u8;
+    for part in text.split(',') {
+        let part = part.trim().strip_prefix("arg").unwrap_or(part.trim());
+        let n: u8 = part
+            .parse()
+            .map_err(|_| bad("argument numbers are 1 to 6, separated by commas"))?;
+        if !(1..=6).contains(&n) {
+            return Err(bad(
+                "argument numbers are 1 to 6 (the integer argument registers)",
+            ));
+        }
+        if mask & (1 << (n - 1)) != 0 {
+            return Err(bad(&format!("argument {n} is listed twice")));
+        }
+        mask |= 1 << (n - 1);
+    }
+    Ok(mask)
+}
+
+/// `"10us"`: a duration with a unit (ns, us, ms, s), more than zero.
+fn parse_threshold(tokens: &TokenStream2) -> syn::Result<u64> {
     let bad = || {
         Error::new_spanned(
             tokens,
-            format!("expected `on` or `off` as the value of #[instrument_fn], found `{tokens}`"),
+            format!(
+                "bad `threshold` value `{tokens}`: expected a duration above zero with a unit (ns, us, ms, s), e.g. threshold = \"10us\""
+            ),
         )
     };
-    let mut it = tokens.clone().into_iter();
-    let word = match (it.next(), it.next()) {
-        (None, _) => return Ok(Mode::On),
-        (Some(TokenTree::Ident(i)), None) => i.to_string(),
-        (Some(TokenTree::Literal(l)), None) => match syn::parse2::<LitStr>(l.into_token_stream()) {
-            Ok(s) => s.value(),
-            Err(_) => return Err(bad()),
-        },
-        // A value passed through a `macro_rules!` fragment.
-        (Some(TokenTree::Group(g)), None) if g.delimiter() == Delimiter::None => {
-            return parse_value(&g.stream());
-        }
+    let text = value_text(tokens).ok_or_else(bad)?;
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(bad)?;
+    let (num, unit) = t.split_at(split);
+    let scale: f64 = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
         _ => return Err(bad()),
     };
-    match word.as_str() {
-        "on" => Ok(Mode::On),
-        "off" => Ok(Mode::Off),
-        _ => Err(bad()),
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    let ns = (v * scale).round();
+    if !(1.0..1.8e19).contains(&ns) {
+        return Err(bad());
+    }
+    Ok(ns as u64)
+}
+
+/// Parses a plain value: `on`/`off` or `"on"`/`"off"`.
+fn parse_value(tokens: &TokenStream2) -> syn::Result<Sw> {
+    match value_text(tokens).as_deref() {
+        Some("on") => Ok(Sw::On),
+        Some("off") => Ok(Sw::Off),
+        _ => Err(Error::new_spanned(
+            tokens,
+            format!("expected `on` or `off` as the value of #[instrument_fn], found `{tokens}`"),
+        )),
     }
 }
 
@@ -110,15 +436,10 @@ impl Errors {
     }
 }
 
-/// Takes our attribute out of `attrs`, returning its mode if present (an
-/// explicit mode); more than one is an error.
-fn take_mode(attrs: &mut Vec<Attribute>, errs: &mut Errors) -> Option<Mode> {
-    take_mode_at(attrs, errs).map(|(m, _)| m)
-}
-
-/// [`take_mode`], also returning the attribute, for errors about the item.
-fn take_mode_at(attrs: &mut Vec<Attribute>, errs: &mut Errors) -> Option<(Mode, Attribute)> {
-    let mut mode = None;
+/// Takes our attribute out of `attrs`, returning it parsed if present (an
+/// explicit setting) with its span; more than one is an error.
+fn take_attr(attrs: &mut Vec<Attribute>, errs: &mut Errors) -> Option<(Attr, TokenStream2)> {
+    let mut found = None;
     let mut seen = false;
     attrs.retain(|a| {
         if !is_ours(a) {
@@ -130,17 +451,27 @@ fn take_mode_at(attrs: &mut Vec<Attribute>, errs: &mut Errors) -> Option<(Mode, 
         }
         seen = true;
         let m = match &a.meta {
-            Meta::Path(_) => Ok(Mode::On),
-            Meta::List(l) => parse_value(&l.tokens),
-            Meta::NameValue(nv) => parse_value(&nv.value.to_token_stream()),
+            Meta::Path(_) => Ok(Attr::all(Sw::On)),
+            Meta::List(l) => parse_attr(&l.tokens),
+            Meta::NameValue(nv) => parse_value(&nv.value.to_token_stream()).map(Attr::all),
         };
         match m {
-            Ok(m) => mode = Some((m, a.clone())),
+            Ok(m) => found = Some((m, a.to_token_stream())),
             Err(e) => errs.push(e),
         }
         false
     });
-    mode
+    found
+}
+
+/// An error at `at` (an attribute's tokens), or at the macro's call site
+/// when empty (the attribute being expanded).
+fn error_at(at: &TokenStream2, msg: &str) -> Error {
+    if at.is_empty() {
+        Error::new(Span::call_site(), msg)
+    } else {
+        Error::new_spanned(at, msg)
+    }
 }
 
 fn duplicate(a: &Attribute) -> Error {
@@ -181,10 +512,11 @@ const NO_BODY: &str =
 /// cause follow-on errors about a missing item.
 fn expand(args: TokenStream2, input: TokenStream2) -> TokenStream2 {
     let mut errs = Errors::default();
-    let mode = parse_value(&args).unwrap_or_else(|e| {
+    let attr = parse_attr(&args).unwrap_or_else(|e| {
         errs.push(e);
-        Mode::On
+        Attr::all(Sw::On)
     });
+    let policy = attr.apply(Policy::ON);
     let mut item: Item = match syn::parse2(input) {
         Ok(i) => i,
         Err(e) => return e.to_compile_error(),
@@ -203,22 +535,39 @@ fn expand(args: TokenStream2, input: TokenStream2) -> TokenStream2 {
     }
     match &mut item {
         Item::Fn(f) => {
-            if let Some(c) = &f.sig.constness {
-                if mode == Mode::On {
-                    errs.push(const_fn_error(c));
-                }
-            } else if mode == Mode::Off {
-                register_off(f);
-            } else if mode == Mode::On {
-                always_instrument(&mut f.attrs);
-                let name = f.sig.ident.to_string();
-                let naming = if f.sig.receiver().is_some() {
-                    Naming::SelfType(name)
-                } else {
-                    Naming::Path(name)
-                };
-                instrument_block(&mut f.block, &f.sig, naming);
-            }
+            let name = f.sig.ident.to_string();
+            let (naming, addr) = if f.sig.receiver().is_some() {
+                (
+                    Naming::SelfType(name),
+                    Err("a method outside its impl block (put the options on the impl block or on the method inside it)"),
+                )
+            } else {
+                // Spanned at the attribute: on an associated function
+                // without `self` (which cannot be told from a free one
+                // here) the name does not resolve, and the error points at
+                // the options.
+                let id = syn::Ident::new(&f.sig.ident.to_string(), Span::call_site());
+                (Naming::Path(name), Ok(quote!(#id)))
+            };
+            // A standalone function that keeps every default is not
+            // registered (see above).
+            let register = policy != Policy::ON;
+            let here = TokenStream2::new();
+            let explicit = Some((&attr, &here));
+            let free = f.sig.receiver().is_none();
+            instrument_fn_item(
+                FnParts {
+                    attrs: &mut f.attrs,
+                    sig: &f.sig,
+                    block: Some(&mut f.block),
+                },
+                policy,
+                explicit,
+                naming,
+                if register { addr } else { Err("") },
+                free,
+                &mut errs,
+            );
         }
         Item::Mod(m) if m.content.is_none() => errs.push(Error::new(
             Span::call_site(),
@@ -227,9 +576,11 @@ fn expand(args: TokenStream2, input: TokenStream2) -> TokenStream2 {
                 m.ident, m.ident
             ),
         )),
-        Item::Mod(_) | Item::Impl(_) | Item::Trait(_) => instrument_item(&mut item, mode, &mut errs),
+        Item::Mod(_) | Item::Impl(_) | Item::Trait(_) => {
+            instrument_item(&mut item, policy, &mut errs)
+        }
         Item::Verbatim(v) if syn::parse2::<TraitItemFn>(v.clone()).is_ok() => {
-            if mode == Mode::On {
+            if policy.source() {
                 errs.push(Error::new(Span::call_site(), NO_BODY));
             }
         }
@@ -240,6 +591,84 @@ fn expand(args: TokenStream2, input: TokenStream2) -> TokenStream2 {
         out.extend(e.to_compile_error());
     }
     out
+}
+
+/// The parts of a function item, method or trait method.
+struct FnParts<'a> {
+    attrs: &'a mut Vec<Attribute>,
+    sig: &'a syn::Signature,
+    block: Option<&'a mut syn::Block>,
+}
+
+/// Applies `policy` to one function: the source guard, the patchable entry
+/// of XRay's always-instrument, and its entry in the policy table (`addr`:
+/// the expression naming the function from inside its body, or why it
+/// cannot be named; `""`: not registered, without error). `explicit`: the
+/// attribute on the function itself, if any (errors point at it).
+fn instrument_fn_item(
+    f: FnParts<'_>,
+    policy: Policy,
+    explicit: Option<(&Attr, &TokenStream2)>,
+    naming: Naming,
+    addr: Result<TokenStream2, &str>,
+    free: bool,
+    errs: &mut Errors,
+) {
+    let FnParts { attrs, sig, block } = f;
+    if let Some(c) = &sig.constness {
+        // A const fn is left alone; asking for it explicitly is an error.
+        if let Some((a, _)) = explicit {
+            if policy.source() {
+                errs.push(const_fn_error(c));
+            } else if let Some(s) = a.needs_address {
+                errs.push(Error::new(
+                    s,
+                    "cannot give a const fn per-framework options (remove `const`, or the option)",
+                ));
+            }
+        }
+        return;
+    }
+    let Some(block) = block else {
+        if let Some((_, at)) = explicit {
+            if policy.source() {
+                errs.push(error_at(at, NO_BODY));
+            }
+        }
+        return;
+    };
+    let addr = if sig.asyncness.is_some() {
+        Err("an async fn (its body runs in the future's poll function, not in the fn)")
+    } else if sig
+        .generics
+        .params
+        .iter()
+        .any(|p| !matches!(p, syn::GenericParam::Lifetime(_)))
+    {
+        Err("a generic function (each instance has its own address)")
+    } else {
+        addr
+    };
+    let entry = free && policy.fw[XRAY] == Sw::On && always_instrument(attrs);
+    let name_expr = naming.expr();
+    match &addr {
+        Ok(path) => register(block, path, &name_expr, policy, entry),
+        Err(why) => {
+            if let (Some((a, _)), false) = (explicit, why.is_empty()) {
+                if let Some(s) = a.needs_address {
+                    errs.push(Error::new(
+                        s,
+                        format!(
+                            "this option needs the function's address in the binary, which {why} cannot give"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    if policy.source() {
+        instrument_block(block, sig, naming);
+    }
 }
 
 /// Environment variable `cargo fntrace` sets for the rustc runs that get
@@ -262,41 +691,63 @@ const CFG_ALWAYS: &str = "fntrace_always_instrument";
 /// its `--check-cfg`): anywhere else the cfg name would be unexpected and
 /// rustc's `unexpected_cfgs` lint would warn in the user's crate, so
 /// ordinary builds get the same expansion as before. rustc accepts the
-/// attribute on free functions only (not on methods).
-fn always_instrument(attrs: &mut Vec<Attribute>) {
+/// attribute on free functions only (not on methods). Returns whether it
+/// was added.
+fn always_instrument(attrs: &mut Vec<Attribute>) -> bool {
     if std::env::var_os(ENV_ALWAYS).is_none() {
-        return;
+        return false;
     }
     let cfg = syn::Ident::new(CFG_ALWAYS, Span::call_site());
     attrs.push(syn::parse_quote! {
         #[cfg_attr(#cfg, patchable_function_entry(prefix_nops = 8, entry_nops = 2))]
     });
+    true
 }
 
-/// Registers a function marked `off` in the `fntrace_off` table (a
-/// `#[used]` static in section `fntrace_off` holding its address), which
-/// the XRay and patchable-entry runtimes read so they never patch it. Only
-/// free, non-generic, non-async functions can name themselves in a static.
-fn register_off(f: &mut syn::ItemFn) {
-    let generic = f
-        .sig
-        .generics
-        .params
-        .iter()
-        .any(|p| !matches!(p, syn::GenericParam::Lifetime(_)));
-    if generic || f.sig.asyncness.is_some() || f.sig.constness.is_some() {
-        return;
+/// Policy table flag bits (`fntrace_rt::site::policy`): framework `i` of
+/// [`FRAMEWORKS`] off is bit `i`.
+const FLAG_ENTRY_IS_XRAY: u32 = 1 << 8;
+/// Capture mask bit of the return value (bits 0-5: arguments 1-6).
+const CAPTURE_RETVAL: u32 = 0x80;
+
+/// Registers the function's policy in the `fntrace_policy` table (a
+/// `#[used]` static in section `fntrace_policy` holding its address, its
+/// name and the settings), which the runtimes, `fntrace functions` and
+/// `cargo fntrace` read. Only functions whose path can be written inside
+/// their own body can be registered (`path`).
+fn register(
+    block: &mut syn::Block,
+    path: &TokenStream2,
+    name_expr: &TokenStream2,
+    p: Policy,
+    entry: bool,
+) {
+    let mut flags = 0u32;
+    for (i, f) in p.fw.iter().enumerate() {
+        if *f == Sw::Off {
+            flags |= 1 << i;
+        }
     }
-    let name = &f.sig.ident;
+    if entry {
+        flags |= FLAG_ENTRY_IS_XRAY;
+    }
+    let capture = u32::from(p.args) | if p.retval { CAPTURE_RETVAL } else { 0 };
+    let threshold = p.threshold_ns;
     let stmt: syn::Stmt = syn::parse_quote! {
         {
             #[used]
-            #[unsafe(link_section = "fntrace_off")]
-            static __FNTRACE_OFF: ::fntrace::__private::OffEntry =
-                ::fntrace::__private::OffEntry(#name as *const ());
+            #[unsafe(link_section = "fntrace_policy")]
+            static __FNTRACE_POLICY: ::fntrace::__private::PolicyEntry =
+                ::fntrace::__private::PolicyEntry::new(
+                    #path as *const (),
+                    #name_expr,
+                    #flags,
+                    #capture,
+                    #threshold,
+                );
         }
     };
-    f.block.stmts.insert(0, stmt);
+    block.stmts.insert(0, stmt);
 }
 
 fn item_attrs(i: &mut Item) -> Option<&mut Vec<Attribute>> {
@@ -348,36 +799,59 @@ enum Naming {
     SelfType(String),
 }
 
-/// Instruments everything inside `item` whose effective mode is on; `mode`
-/// is the mode inherited from the container. Our attributes on items
-/// inside are removed (and applied); errors go to `errs`.
-fn instrument_item(item: &mut Item, mode: Mode, errs: &mut Errors) {
+/// Instruments everything inside `item` under `policy`, the policy
+/// inherited from the container. Our attributes on items inside are
+/// removed (and applied, inner ones overriding outer ones); errors go to
+/// `errs`.
+fn instrument_item(item: &mut Item, policy: Policy, errs: &mut Errors) {
     match item {
         Item::Fn(f) => {
-            let explicit = take_mode(&mut f.attrs, errs);
-            match (explicit.unwrap_or(mode), &f.sig.constness) {
-                (Mode::On, Some(c)) if explicit.is_some() => errs.push(const_fn_error(c)),
-                (Mode::On, None) => {
-                    always_instrument(&mut f.attrs);
-                    let name = f.sig.ident.to_string();
-                    instrument_block(&mut f.block, &f.sig, Naming::Path(name));
-                }
-                (Mode::Off, None) => register_off(f),
-                _ => {}
-            }
+            let explicit = take_attr(&mut f.attrs, errs);
+            let p = explicit.as_ref().map_or(policy, |(a, _)| a.apply(policy));
+            let id = f.sig.ident.clone();
+            let free = f.sig.receiver().is_none();
+            let naming = Naming::Path(id.to_string());
+            instrument_fn_item(
+                FnParts {
+                    attrs: &mut f.attrs,
+                    sig: &f.sig,
+                    block: Some(&mut f.block),
+                },
+                p,
+                explicit.as_ref().map(|(a, s)| (a, s)),
+                naming,
+                Ok(quote!(#id)),
+                free,
+                errs,
+            );
         }
         Item::Mod(md) => {
-            let m = take_mode(&mut md.attrs, errs).unwrap_or(mode);
+            let p = take_attr(&mut md.attrs, errs).map_or(policy, |(a, _)| a.apply(policy));
             if let Some((_, items)) = &mut md.content {
                 for i in items {
-                    instrument_item(i, m, errs);
+                    instrument_item(i, p, errs);
                 }
             }
         }
         Item::Impl(im) => {
-            let m = take_mode(&mut im.attrs, errs).unwrap_or(mode);
+            let p = take_attr(&mut im.attrs, errs).map_or(policy, |(a, _)| a.apply(policy));
             let ty = type_name(&im.self_ty);
             let tr = im.trait_.as_ref().map(|(_, p, _)| path_name(p));
+            // A method's path as written in its body (statics there cannot
+            // use `Self` or the impl's generic parameters).
+            let self_ty = &im.self_ty;
+            let qualified = match &im.trait_ {
+                Some((_, t, _)) => quote!(<#self_ty as #t>),
+                None => quote!(<#self_ty>),
+            };
+            let header = {
+                let mut t = self_ty.to_token_stream();
+                if let Some((_, tr, _)) = &im.trait_ {
+                    t.extend(tr.to_token_stream());
+                }
+                t
+            };
+            let generic_impl = !im.generics.params.is_empty() || mentions_self(&header);
             for ii in &mut im.items {
                 let f = match ii {
                     ImplItem::Fn(f) => f,
@@ -395,23 +869,36 @@ fn instrument_item(item: &mut Item, mode: Mode, errs: &mut Errors) {
                     }
                     _ => continue,
                 };
-                let explicit = take_mode(&mut f.attrs, errs);
-                match (explicit.unwrap_or(m), &f.sig.constness) {
-                    (Mode::On, Some(c)) if explicit.is_some() => errs.push(const_fn_error(c)),
-                    (Mode::On, None) => {
-                        let name = f.sig.ident.to_string();
-                        let naming = match &tr {
-                            Some(t) => Naming::TraitImpl(ty.clone(), t.clone(), name),
-                            None => Naming::Prefixed(ty.clone(), name),
-                        };
-                        instrument_block(&mut f.block, &f.sig, naming);
-                    }
-                    _ => {}
-                }
+                let explicit = take_attr(&mut f.attrs, errs);
+                let fp = explicit.as_ref().map_or(p, |(a, _)| a.apply(p));
+                let name = f.sig.ident.to_string();
+                let naming = match &tr {
+                    Some(t) => Naming::TraitImpl(ty.clone(), t.clone(), name),
+                    None => Naming::Prefixed(ty.clone(), name),
+                };
+                let id = &f.sig.ident;
+                let addr = if generic_impl {
+                    Err("a method of a generic impl (each instance has its own address)")
+                } else {
+                    Ok(quote!(#qualified::#id))
+                };
+                instrument_fn_item(
+                    FnParts {
+                        attrs: &mut f.attrs,
+                        sig: &f.sig,
+                        block: Some(&mut f.block),
+                    },
+                    fp,
+                    explicit.as_ref().map(|(a, s)| (a, s)),
+                    naming,
+                    addr,
+                    false,
+                    errs,
+                );
             }
         }
         Item::Trait(t) => {
-            let m = take_mode(&mut t.attrs, errs).unwrap_or(mode);
+            let p = take_attr(&mut t.attrs, errs).map_or(policy, |(a, _)| a.apply(policy));
             let tn = t.ident.to_string();
             for ti in &mut t.items {
                 let f = match ti {
@@ -430,22 +917,22 @@ fn instrument_item(item: &mut Item, mode: Mode, errs: &mut Errors) {
                     }
                     _ => continue,
                 };
-                let explicit = take_mode_at(&mut f.attrs, errs);
-                let fm = explicit.as_ref().map_or(m, |(m, _)| *m);
-                match (fm, &f.sig.constness, &mut f.default) {
-                    (Mode::Off, ..) => {}
-                    (Mode::On, Some(c), _) if explicit.is_some() => errs.push(const_fn_error(c)),
-                    (Mode::On, None, None) => {
-                        if let Some((_, a)) = &explicit {
-                            errs.push(Error::new_spanned(a, NO_BODY));
-                        }
-                    }
-                    (Mode::On, None, Some(block)) => {
-                        let name = f.sig.ident.to_string();
-                        instrument_block(block, &f.sig, Naming::Prefixed(tn.clone(), name));
-                    }
-                    _ => {}
-                }
+                let explicit = take_attr(&mut f.attrs, errs);
+                let fp = explicit.as_ref().map_or(p, |(a, _)| a.apply(p));
+                let name = f.sig.ident.to_string();
+                instrument_fn_item(
+                    FnParts {
+                        attrs: &mut f.attrs,
+                        sig: &f.sig,
+                        block: f.default.as_mut(),
+                    },
+                    fp,
+                    explicit.as_ref().map(|(a, s)| (a, s)),
+                    Naming::Prefixed(tn.clone(), name),
+                    Err("a default method of a trait (each implementing type has its own copy)"),
+                    false,
+                    errs,
+                );
             }
         }
         Item::ForeignMod(fm) => {
@@ -470,6 +957,17 @@ fn instrument_item(item: &mut Item, mode: Mode, errs: &mut Errors) {
     }
 }
 
+/// Whether tokens contain `Self` or a lifetime (an impl header written
+/// with them cannot be named from a static inside a method).
+fn mentions_self(t: &TokenStream2) -> bool {
+    t.clone().into_iter().any(|tt| match tt {
+        TokenTree::Ident(i) => i == "Self",
+        TokenTree::Punct(p) => p.as_char() == '\'',
+        TokenTree::Group(g) => mentions_self(&g.stream()),
+        _ => false,
+    })
+}
+
 fn path_name(p: &syn::Path) -> String {
     p.segments
         .iter()
@@ -486,20 +984,28 @@ fn type_name(t: &Type) -> String {
     }
 }
 
+impl Naming {
+    /// The function's name as a `&'static str` expression (for
+    /// [`Naming::SelfType`], the name alone).
+    fn expr(&self) -> TokenStream2 {
+        match self {
+            Naming::Path(n) => quote!(concat!(module_path!(), "::", #n)),
+            Naming::Prefixed(p, n) => quote!(concat!(module_path!(), "::", #p, "::", #n)),
+            Naming::TraitImpl(ty, tr, n) => {
+                quote!(concat!("<", module_path!(), "::", #ty, " as ", #tr, ">::", #n))
+            }
+            Naming::SelfType(n) => quote!(#n),
+        }
+    }
+}
+
 fn instrument_block(block: &mut syn::Block, sig: &syn::Signature, naming: Naming) {
     let span = Span::mixed_site();
     let site = syn::Ident::new("__FNTRACE_SITE", span);
     let guard = syn::Ident::new("__fntrace_guard", span);
     let line = sig.ident.span();
-    let (name_expr, self_type) = match naming {
-        Naming::Path(n) => (quote!(concat!(module_path!(), "::", #n)), false),
-        Naming::Prefixed(p, n) => (quote!(concat!(module_path!(), "::", #p, "::", #n)), false),
-        Naming::TraitImpl(ty, tr, n) => (
-            quote!(concat!("<", module_path!(), "::", #ty, " as ", #tr, ">::", #n)),
-            false,
-        ),
-        Naming::SelfType(n) => (quote!(#n), true),
-    };
+    let name_expr = naming.expr();
+    let self_type = matches!(naming, Naming::SelfType(_));
     let line_expr = quote_spanned!(line=> line!());
     let static_def = quote! {
         static #site: ::fntrace::__private::Site =

@@ -20,8 +20,20 @@ pub(crate) const NORMAL: u8 = 0;
 pub(crate) const TRACE: u8 = 1;
 /// A `-N` function: neither it nor its callees are recorded.
 pub(crate) const NOTRACE: u8 = 2;
+/// Bits of a class: the `-F`/`-N` class.
+pub(crate) const REGION: u8 = 3;
+/// `#[instrument_fn(mcount = "off")]`: its `mcount` calls record nothing
+/// (and open no region); its callees are recorded as usual.
+pub(crate) const OFF_MCOUNT: u8 = 4;
+/// `#[instrument_fn(fentry = "off")]`, for its `__fentry__` calls.
+pub(crate) const OFF_FENTRY: u8 = 8;
 
 static HAS_TRACE: AtomicBool = AtomicBool::new(false);
+/// Whether the `#[instrument_fn]` policies are read (compiler hooks
+/// record), and whether they alone turn the classification on
+/// (`FNTRACE_KEEP_CALLS`: hook calls stay calls without `-F`/`-N`).
+static USE_POLICY: AtomicBool = AtomicBool::new(false);
+static POLICY_ALONE: AtomicBool = AtomicBool::new(false);
 static MAX_DEPTH: AtomicU32 = AtomicU32::new(0);
 
 /// Whether any `-F` filter is given (then only their regions record).
@@ -43,7 +55,9 @@ static RANGES: crate::ranges::RangeTable<u8> = crate::ranges::RangeTable::new();
 static PATTERNS: Mutex<Option<Patterns>> = Mutex::new(None);
 
 const CACHE_SLOTS: usize = 4096;
-/// Direct-mapped cache: `(addr << 2) | class`, 0 = empty.
+/// Bits of a cache entry that hold the class.
+const CLASS_BITS: u32 = 4;
+/// Direct-mapped cache: `(addr << CLASS_BITS) | class`, 0 = empty.
 static CACHE: [AtomicU64; CACHE_SLOTS] = [const { AtomicU64::new(0) }; CACHE_SLOTS];
 
 struct Patterns {
@@ -68,8 +82,8 @@ impl Patterns {
 pub(crate) fn classify(func: u64) -> u8 {
     let i = ((func >> 4) ^ (func >> 16)) as usize & (CACHE_SLOTS - 1);
     let v = CACHE[i].load(Ordering::Relaxed);
-    if v >> 2 == func & (u64::MAX >> 2) && v != 0 {
-        return (v & 3) as u8;
+    if v >> CLASS_BITS == func & (u64::MAX >> CLASS_BITS) && v != 0 {
+        return (v & ((1 << CLASS_BITS) - 1)) as u8;
     }
     classify_slow(func, i)
 }
@@ -79,7 +93,7 @@ pub(crate) fn classify(func: u64) -> u8 {
 fn classify_slow(func: u64, i: usize) -> u8 {
     let class = RANGES.lookup(func).unwrap_or(NORMAL);
     CACHE[i].store(
-        ((func & (u64::MAX >> 2)) << 2) | u64::from(class),
+        ((func & (u64::MAX >> CLASS_BITS)) << CLASS_BITS) | u64::from(class),
         Ordering::Relaxed,
     );
     class
@@ -98,15 +112,64 @@ pub(crate) fn site_class(name: &str, cache: &AtomicU8) -> u8 {
     c
 }
 
-/// Adds the filtered functions of modules not scanned yet to the table.
+/// Adds the filtered functions of modules not scanned yet to the table:
+/// `-F`/`-N` by name, and the functions whose `#[instrument_fn]` turns
+/// mcount or fentry off (when the policies are read).
 pub(crate) fn scan_new_modules() {
     let pats = PATTERNS.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(pats) = pats.as_ref() else { return };
-    if RANGES.scan_new(|name| Some(pats.class(name)).filter(|&c| c != NORMAL)) {
+    // The policies matter where addresses are classified: with `-F`/`-N`,
+    // or alone (`FNTRACE_KEEP_CALLS`).
+    let policy = USE_POLICY.load(Ordering::Acquire)
+        && (pats.is_some() || POLICY_ALONE.load(Ordering::Acquire));
+    if pats.is_none() && !policy {
+        return;
+    }
+    let added = RANGES.scan_new_objects(|path, bias| {
+        let mut v: Vec<(u64, u64, u8)> = match pats.as_ref() {
+            Some(p) => crate::procinfo::module_functions(path, bias)
+                .into_iter()
+                .filter_map(|(s, e, name)| Some((s, e, p.class(&name))).filter(|r| r.2 != NORMAL))
+                .collect(),
+            None => vec![],
+        };
+        if policy {
+            use crate::procinfo::policy::{FENTRY_OFF, MCOUNT_OFF};
+            let off = crate::procinfo::policy::function_ranges(path, bias, |e| {
+                let mut c = 0;
+                if e.flags & MCOUNT_OFF != 0 {
+                    c |= OFF_MCOUNT;
+                }
+                if e.flags & FENTRY_OFF != 0 {
+                    c |= OFF_FENTRY;
+                }
+                (c != 0).then_some(c)
+            });
+            for (s, e, c) in off {
+                match v.iter_mut().find(|r| r.0 == s) {
+                    Some(r) => r.2 |= c,
+                    None => v.push((s, e, c)),
+                }
+            }
+        }
+        v
+    });
+    if added {
         for c in CACHE.iter() {
             c.store(0, Ordering::Relaxed);
         }
+        if POLICY_ALONE.load(Ordering::Acquire) {
+            set_feature(FEAT_FILTERS, true);
+        }
     }
+}
+
+/// Reads the `#[instrument_fn]` policies from now on (a session whose
+/// compiler hooks record): `alone` when they must be applied without
+/// `-F`/`-N` too (hook calls kept as calls, `FNTRACE_KEEP_CALLS`). Call
+/// before [`set_filters`].
+pub fn use_policy(on: bool, alone: bool) {
+    USE_POLICY.store(on, Ordering::Release);
+    POLICY_ALONE.store(on && alone, Ordering::Release);
 }
 
 /// Sets the depth limit (0 = none).
@@ -139,6 +202,8 @@ pub fn set_filters(trace: &[&str], notrace: &[&str]) -> Result<(), PatternError>
         c.store(0, Ordering::Relaxed);
     }
     scan_new_modules();
-    set_feature(FEAT_FILTERS, any);
+    if any {
+        set_feature(FEAT_FILTERS, true);
+    }
     Ok(())
 }

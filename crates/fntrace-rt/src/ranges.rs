@@ -40,10 +40,14 @@ impl<T: Copy + 'static> RangeTable<T> {
         self.table.store(core::ptr::null_mut(), Ordering::Release);
     }
 
-    /// Classifies the functions of objects loaded since the last scan
-    /// (`classify(demangled name)`, `None`: not in the table) and
-    /// publishes the grown table. Returns whether ranges were added.
-    pub(crate) fn scan_new(&self, classify: impl Fn(&str) -> Option<T>) -> bool {
+    /// Adds the ranges of every object loaded since the last scan (`ranges`
+    /// of its path and load bias: start, end, value; e.g. its functions
+    /// whose demangled names a filter selects) and publishes the grown
+    /// table. Returns whether ranges were added.
+    pub(crate) fn scan_new_objects(
+        &self,
+        mut ranges: impl FnMut(&std::path::Path, u64) -> Vec<(u64, u64, T)>,
+    ) -> bool {
         let mut scanned = self.scanned.lock().unwrap_or_else(|e| e.into_inner());
         let mut new = vec![];
         for (start, _, bias, path) in crate::procinfo::loaded_objects() {
@@ -51,11 +55,7 @@ impl<T: Copy + 'static> RangeTable<T> {
                 continue;
             }
             scanned.push(start);
-            for (s, e, name) in crate::procinfo::module_functions(&path, bias) {
-                if let Some(v) = classify(&name) {
-                    new.push((s, e, v));
-                }
-            }
+            new.extend(ranges(&path, bias));
         }
         if new.is_empty() {
             return false;

@@ -145,6 +145,55 @@ pub struct OffEntry(pub *const ());
 // SAFETY: the pointer is a function address, only ever read.
 unsafe impl Sync for OffEntry {}
 
+/// An entry of the `fntrace_policy` table: what `#[instrument_fn(...)]`
+/// decided for one function, per framework, and its per-function options.
+/// The macro writes one for every function it can name from inside the
+/// function's body (free functions, methods of non-generic impls; not
+/// generic or `async` functions, nor trait default methods) whose policy
+/// is not the default, and for every such function inside an instrumented
+/// container. Runtimes and `fntrace functions` read the table; its layout
+/// is described in [`crate::procinfo::policy`].
+#[repr(C)]
+#[derive(Debug)]
+pub struct PolicyEntry {
+    func: *const (),
+    name: *const u8,
+    name_len: usize,
+    magic: u32,
+    flags: u32,
+    threshold_ns: u64,
+    capture: u32,
+    reserved: u32,
+}
+
+// SAFETY: the pointers are a function address and a static string, only
+// ever read.
+unsafe impl Sync for PolicyEntry {}
+
+impl PolicyEntry {
+    /// The entry of function `func` named `name` (its path): `flags` (see
+    /// [`crate::procinfo::policy`]), `capture` (bits 0–5: arguments 1–6, `0x80`: the return
+    /// value), `threshold_ns` (0: none).
+    pub const fn new(
+        func: *const (),
+        name: &'static str,
+        flags: u32,
+        capture: u32,
+        threshold_ns: u64,
+    ) -> PolicyEntry {
+        PolicyEntry {
+            func,
+            name: name.as_ptr(),
+            name_len: name.len(),
+            magic: crate::procinfo::policy::MAGIC,
+            flags,
+            threshold_ns,
+            capture,
+            reserved: 0,
+        }
+    }
+}
+
 /// What a source-instrumented call must undo at its exit (a bit set).
 pub(crate) const G_RECORDED: u8 = 1;
 /// The call opened a `-F` region.

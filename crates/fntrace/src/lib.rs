@@ -219,6 +219,6 @@ pub mod __private {
     }
 
     pub use fntrace_rt::site::{
-        Guard, Instrumented, OffEntry, Site, enter, enter_method, instrument_future,
+        Guard, Instrumented, OffEntry, PolicyEntry, Site, enter, enter_method, instrument_future,
     };
 }

@@ -483,6 +483,9 @@ fn run(sub: Sub) -> Result<ExitCode> {
         for e in &executables {
             eprintln!("  {}", e.strip_prefix(&cwd).unwrap_or(e).display());
         }
+        for e in &executables {
+            policy_summary(mode, e.strip_prefix(&cwd).unwrap_or(e));
+        }
     }
     if sub != "build" && trace.exists() {
         eprintln!(
@@ -497,6 +500,60 @@ fn run(sub: Sub) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::from(st.code().unwrap_or(1) as u8))
+}
+
+/// Says what the `#[instrument_fn]` policies of `exe` mean for `mode`:
+/// how many functions the mode's framework leaves out, and the options it
+/// cannot honour (argument and return value capture through the source
+/// guard or XRay sleds).
+fn policy_summary(mode: &str, exe: &std::path::Path) {
+    let framework = match mode.split(':').next().unwrap_or(mode) {
+        "never" => return,
+        "patchable" => "fentry",
+        f => f,
+    };
+    let list = match fntrace_cli::functions::read(exe) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cargo-fntrace: warning: {e}");
+            return;
+        }
+    };
+    let off: Vec<&str> = list
+        .iter()
+        .filter(|p| p.is_off(framework))
+        .map(|p| p.function.as_str())
+        .collect();
+    if !off.is_empty() {
+        eprintln!(
+            "cargo-fntrace: {}: {} function{} not instrumented under {framework} by #[instrument_fn] ({}{}; `fntrace functions {}` lists every policy)",
+            exe.display(),
+            off.len(),
+            if off.len() == 1 { "" } else { "s" },
+            off.iter().take(3).copied().collect::<Vec<_>>().join(", "),
+            if off.len() > 3 { ", ..." } else { "" },
+            exe.display()
+        );
+    }
+    let captures: Vec<&str> = list
+        .iter()
+        .filter(|p| (!p.args.is_empty() || p.retval) && !p.is_off(framework))
+        // A threshold build's always-instrument entry captures.
+        .filter(|p| !(framework == "xray" && p.entry_is_xray))
+        .map(|p| p.function.as_str())
+        .collect();
+    let why = match framework {
+        "source" => Some("the source guard records no values"),
+        "xray" => Some("XRay sleds pass no registers to the recorder"),
+        _ => None,
+    };
+    if let (Some(why), false) = (why, captures.is_empty()) {
+        eprintln!(
+            "cargo-fntrace: warning: {}: #[instrument_fn(args/retval)] on {} cannot be honoured under {framework} ({why}); --instrument=fentry or mcount capture them",
+            exe.display(),
+            captures.join(", ")
+        );
+    }
 }
 
 /// The executables of Cargo's `compiler-artifact` messages (JSON, one per

@@ -9,6 +9,12 @@
 //! call-graph arc (`from_pc`, `self_pc` as 8-byte addresses, 4-byte count).
 //! Addresses are link-time addresses of the main executable (what glibc
 //! writes for PIE too); arcs outside it are dropped, as glibc does.
+//!
+//! With a selection (`--tid`, `--filter`, ...), the arcs and histogram
+//! are those of the selected calls only: an arc joins a selected call to
+//! its selected caller (a selected call whose caller is not selected is
+//! spontaneous), and the time of unselected callees counts as their
+//! caller's self time, as in the folded stacks.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
@@ -16,7 +22,8 @@ use std::io::{self, Write};
 use fntrace_format::Trace;
 use object::{Object, ObjectSymbol};
 
-use crate::analysis::{Call, Clock, Visitor, walk_thread};
+use crate::analysis::{Clock, Event};
+use crate::select::{SelectedEvents, Selection};
 
 /// Histogram bins cover this many bytes of text each.
 const BIN_BYTES: u64 = 4;
@@ -34,45 +41,61 @@ pub struct GmonSummary {
     pub counted: bool,
 }
 
-struct ArcCollector<'a> {
-    arcs: &'a mut HashMap<(u64, u64), u64>,
-    self_ticks: &'a mut HashMap<u64, u64>,
-    parents: Vec<u64>,
+/// Collects the arcs and self times of the (selected) calls of one thread.
+fn collect_arcs(
+    events: SelectedEvents<'_, '_>,
+    arcs: &mut HashMap<(u64, u64), u64>,
+    self_ticks: &mut HashMap<u64, u64>,
+) {
+    // Open calls: (function, entry, ticks in children).
+    let mut stack: Vec<(u64, u64, u64)> = vec![];
+    for ev in events {
+        match ev {
+            Event::Enter { func, tsc, .. } => {
+                let from = stack.last().map_or(0, |f| f.0);
+                *arcs.entry((from, func)).or_default() += 1;
+                stack.push((func, tsc, 0));
+            }
+            Event::Exit { tsc, .. } => {
+                let Some((func, start, children)) = stack.pop() else {
+                    continue;
+                };
+                let dur = tsc.saturating_sub(start);
+                if let Some(p) = stack.last_mut() {
+                    p.2 = p.2.saturating_add(dur);
+                }
+                let t = self_ticks.entry(func).or_default();
+                *t = t.saturating_add(dur.saturating_sub(children));
+            }
+            _ => {}
+        }
+    }
 }
 
-impl Visitor for ArcCollector<'_> {
-    fn enter(&mut self, func: u64, depth: usize, _tsc: u64) {
-        self.parents.truncate(depth);
-        let from = self.parents.last().copied().unwrap_or(0);
-        *self.arcs.entry((from, func)).or_default() += 1;
-        self.parents.push(func);
-    }
-    fn call(&mut self, c: &Call) {
-        self.parents.truncate(c.depth);
-        let t = self.self_ticks.entry(c.func).or_default();
-        *t = t.saturating_add((c.end - c.start).saturating_sub(c.children));
-    }
-}
-
-/// Writes `gmon.out` for the trace's main executable.
-pub fn write_gmon(out: &mut dyn Write, trace: &Trace) -> io::Result<GmonSummary> {
+/// Writes `gmon.out` for the trace's main executable, of the calls `sel`
+/// selects (a `--count` trace has arcs, not calls: it takes no selection).
+pub fn write_gmon(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Result<GmonSummary> {
     let meta = trace.metadata();
     let exe = super::main_module(meta)?;
     let mut arcs: HashMap<(u64, u64), u64> = HashMap::default();
     let mut self_ticks: HashMap<u64, u64> = HashMap::default();
     let counted = !meta.arcs.is_empty();
+    if counted && !sel.is_all() {
+        return Err(io::Error::other(
+            "a --count trace holds call-graph arcs, not calls: --tid, --time-range, --filter, --depth and --threshold do not apply",
+        ));
+    }
     if counted {
         for &(from, to, n) in &meta.arcs {
             *arcs.entry((from, to)).or_default() += n;
         }
     } else {
-        for tid in trace.thread_ids() {
-            let mut v = ArcCollector {
-                arcs: &mut arcs,
-                self_ticks: &mut self_ticks,
-                parents: vec![],
-            };
-            walk_thread(trace, tid, &mut v);
+        for tid in sel.threads(trace) {
+            collect_arcs(
+                SelectedEvents::new(trace, tid, sel),
+                &mut arcs,
+                &mut self_ticks,
+            );
         }
     }
     // Text range of the executable, link-time.

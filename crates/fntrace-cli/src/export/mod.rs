@@ -9,7 +9,6 @@ pub mod html;
 pub mod perfetto;
 pub mod xray;
 
-use clap::ValueEnum;
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -47,14 +46,14 @@ pub enum ExportFormat {
     Folded,
     /// A flame graph (SVG), of the same stacks.
     Flamegraph,
-    /// One self-contained HTML page: summary, flame graph, top functions,
-    /// call tree.
+    /// One self-contained offline HTML page: summary, per-thread timeline,
+    /// flame graph per thread, top functions, call tree.
     Html,
 }
 
 /// `fntrace export`: writes the trace at `path` to `output` in `format`,
-/// with the calls `select` selects (`chrome`, `perfetto`, `folded` and
-/// `flamegraph`; the other formats refuse a selection).
+/// with the calls `select` selects (every format; a `--count` trace has
+/// no calls to select).
 ///
 /// The file is written under a temporary name in the same directory and
 /// renamed into place when complete, so that a failed export leaves no
@@ -80,24 +79,14 @@ pub fn run_weighted(
             "--weight applies to the folded and flamegraph exports".into(),
         ));
     }
-    if !sel.is_all()
-        && !matches!(
-            format,
-            ExportFormat::Chrome
-                | ExportFormat::Perfetto
-                | ExportFormat::Folded
-                | ExportFormat::Flamegraph
-        )
-    {
+    let t = open_checked(path)?;
+    if !sel.is_all() && format == ExportFormat::Gmon && !t.metadata().arcs.is_empty() {
         return Err(Error::Invalid(format!(
-            "--tid, --time-range, --filter, --depth and --threshold apply to the chrome, perfetto, folded and flamegraph exports, not to {}",
-            format
-                .to_possible_value()
-                .map(|v| v.get_name().to_string())
-                .unwrap_or_default()
+            "{}: a --count trace holds call-graph arcs, not calls: --tid, --time-range, \
+             --filter, --depth and --threshold do not apply to it",
+            path.display()
         )));
     }
-    let t = open_checked(path)?;
     if matches!(format, ExportFormat::Flamegraph | ExportFormat::Html) && counted_only(&t) {
         return Err(Error::Invalid(format!(
             "{}: a --count trace holds call-graph arcs, not timed stacks: no flame graph \
@@ -129,7 +118,7 @@ fn write(
     let mut buf = io::BufWriter::with_capacity(1 << 20, file);
     match format {
         ExportFormat::Gmon => {
-            let s = write_gmon(&mut buf, t)
+            let s = write_gmon(&mut buf, t, sel)
                 .map_err(Error::io_at(format!("{}: cannot export", path.display())))?;
             eprintln!(
                 "fntrace: wrote {} arcs ({} calls, from {}) to {}",
@@ -181,11 +170,11 @@ fn write(
             );
         }
         ExportFormat::Html => {
-            write_html(&mut buf, t)?;
+            write_html(&mut buf, t, sel)?;
             eprintln!("fntrace: wrote {}", output.display());
         }
         ExportFormat::Xray => {
-            let s = write_xray(&mut buf, t)
+            let s = write_xray(&mut buf, t, sel)
                 .map_err(Error::io_at(format!("{}: cannot export", path.display())))?;
             eprintln!(
                 "fntrace: wrote {} XRay records to {}{}",

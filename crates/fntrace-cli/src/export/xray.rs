@@ -7,6 +7,8 @@ use std::io::{self, Write};
 use fntrace_format::Trace;
 use object::Object;
 
+use crate::select::{SelectedEvents, Selection};
+
 /// What went into an llvm-xray export.
 #[derive(Debug, Default)]
 pub struct XraySummary {
@@ -24,8 +26,9 @@ pub struct XraySummary {
 /// u64 cycle frequency, 16 free bytes), then 32-byte records (u16 record
 /// type 0, u8 cpu, u8 type: 0 entry, 1 exit, 2 tail exit; i32 function
 /// id; u64 TSC; u32 thread id; u32 process id; 8 padding bytes). Function
-/// ids are LLVM's for the executable's `xray_instr_map`.
-pub fn write_xray(out: &mut dyn Write, trace: &Trace) -> io::Result<XraySummary> {
+/// ids are LLVM's for the executable's `xray_instr_map`. Only the entries
+/// and exits of the calls `sel` selects are written.
+pub fn write_xray(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Result<XraySummary> {
     use object::ObjectSection;
     let meta = trace.metadata();
     let exe = super::main_module(meta)?;
@@ -51,10 +54,10 @@ pub fn write_xray(out: &mut dyn Write, trace: &Trace) -> io::Result<XraySummary>
     out.write_all(&hdr)?;
     let pid = meta.process.as_ref().map(|p| p.pid as u32).unwrap_or(h.pid);
     let mut sum = XraySummary::default();
-    for tid in trace.thread_ids() {
+    for tid in sel.threads(trace) {
         // Ids of the open calls (None: not an XRay function, skipped).
         let mut stack: Vec<Option<i32>> = vec![];
-        for ev in crate::analysis::Events::new(trace, tid) {
+        for ev in SelectedEvents::new(trace, tid, sel) {
             let (kind, id, tsc) = match ev {
                 crate::analysis::Event::Enter { func, tsc, .. } => {
                     let id = ids.get(&func).copied();

@@ -189,7 +189,11 @@ impl<'t> App<'t> {
         std::thread::spawn(move || {
             let lines = match NamePattern::new(&format!("^{}$", regex::escape(&name))) {
                 Ok(p) => {
-                    let g = crate::graph::CallGraph::build(&t, &p);
+                    let g = crate::graph::CallGraph::build(
+                        &t,
+                        &p,
+                        &crate::select::Selection::default(),
+                    );
                     let mut out = vec![];
                     let _ = crate::graph::write_graph(
                         &mut out,

@@ -38,9 +38,10 @@ use crate::{args, count, features, filter};
 pub(crate) static RUST_ENTRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Whether a call of `func` is recorded given the thread's filter regions,
-/// and the filter flags its shadow frame gets.
+/// and the filter flags its shadow frame gets. `off`: the class bit
+/// (`filter::OFF_*`) that keeps this mechanism's calls of a function out.
 #[inline(always)]
-fn hook_decision(t: &ThreadState, func: u64, feat: u32) -> (bool, u32) {
+fn hook_decision(t: &ThreadState, func: u64, feat: u32, off: u8) -> (bool, u32) {
     if feat & features::FEAT_FILTERS == 0 {
         return (
             feat & features::FEAT_DEPTH == 0 || filter::depth_ok(recorder::open_depth(t)),
@@ -48,6 +49,10 @@ fn hook_decision(t: &ThreadState, func: u64, feat: u32) -> (bool, u32) {
         );
     }
     let class = filter::classify(func);
+    if class & off != 0 {
+        return (false, 0);
+    }
+    let class = class & filter::REGION;
     let mut flags = 0;
     if class == filter::NOTRACE {
         flags |= F_NOTRACE;
@@ -98,7 +103,14 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64, regs: *const u64
     if t.shadow.top_mark() <= slot as u64 {
         pop_dead(t, slot as u64, Some(tramp), false);
     }
-    let (record, flags) = hook_decision(t, func, feat);
+    // mcount passes no registers (its hook runs after the prologue);
+    // `__fentry__` and call wrappers do.
+    let off = if regs.is_null() {
+        filter::OFF_MCOUNT
+    } else {
+        filter::OFF_FENTRY
+    };
+    let (record, flags) = hook_decision(t, func, feat, off);
     if (record || flags != 0) && t.shadow.has_room() {
         // SAFETY: by the caller's contract `slot` is the live return
         // slot of the function being entered, on this thread's stack.
@@ -385,7 +397,7 @@ fn explicit_entry_slow(
     }
     t.busy = true;
     compiler_fence(Ordering::SeqCst);
-    let (record, flags) = hook_decision(t, func, feat);
+    let (record, flags) = hook_decision(t, func, feat, 0);
     if t.shadow.has_room() {
         if record {
             recorder::record_entry_inner(t, func);

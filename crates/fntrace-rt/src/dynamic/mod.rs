@@ -18,8 +18,11 @@
 //! which runs an fentry-style entry trampoline before the function's
 //! prologue, calls the body, and records the exit when it returns — no
 //! return-address hijack, no mispredicted return.
-//! `#[instrument_fn = "off"]` functions (the `fntrace_off` table) are never
-//! switched on.
+//! Functions whose `#[instrument_fn]` turns the site's framework off
+//! (`fentry = "off"` for patchable entries and `call __fentry__`,
+//! `mcount = "off"` for moved `call mcount`s, `xray = "off"` for the
+//! patchable entry of XRay's always-instrument; `= "off"` for all; the
+//! `fntrace_policy` and `fntrace_off` tables) are never switched on.
 //!
 //! Selection: rules are applied in order to each function's demangled
 //! name; the last matching rule decides, and a function no rule matches
@@ -66,8 +69,8 @@ struct Object {
     /// them (not at start-up: a program's constructors and, after `exec`,
     /// its profiling timer are waiting).
     demangled: std::sync::OnceLock<Vec<String>>,
-    /// `#[instrument_fn = "off"]` functions.
-    off: Vec<u64>,
+    /// `#[instrument_fn]` policies (`fntrace_policy`, `fntrace_off`).
+    policy: crate::procinfo::policy::Policies,
     alive: bool,
 }
 
@@ -144,8 +147,8 @@ pub fn set_convert_calls(on: bool) {
 struct Found {
     /// Listed entries (`__patchable_function_entries`, `__mcount_loc`).
     entries: Vec<u64>,
-    /// `#[instrument_fn = "off"]` functions.
-    off: Vec<u64>,
+    /// `#[instrument_fn]` policies.
+    policy: crate::procinfo::policy::Policies,
     /// GOT slots bound to `__fentry__` (sorted), when converting.
     fentry_slots: Vec<u64>,
     /// GOT slots bound to `mcount`/`_mcount` (sorted), when converting.
@@ -186,15 +189,12 @@ fn discover(path: &std::path::Path, bias: u64) -> Option<Found> {
     if entries.is_empty() && fentry_slots.is_empty() && mcount_slots.is_empty() {
         return None;
     }
-    let off = obj
-        .section_by_name("fntrace_off")
-        .map(|s| read_addrs(s.address().wrapping_add(bias), s.size()))
-        .unwrap_or_default();
+    let policy = crate::procinfo::policy::Policies::read(&obj, bias);
     entries.sort_unstable();
     entries.dedup();
     Some(Found {
         entries,
-        off,
+        policy,
         fentry_slots,
         mcount_slots,
     })
@@ -245,7 +245,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
         }
         let Some(Found {
             entries,
-            off,
+            policy,
             fentry_slots,
             mcount_slots,
         }) = discover(&path, bias)
@@ -374,7 +374,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             wrappers: 0,
             names,
             demangled: std::sync::OnceLock::new(),
-            off,
+            policy,
             alive: true,
         });
         let i = reg.objects.len() - 1;
@@ -492,11 +492,29 @@ fn name_of(o: &Object, func: u64) -> Option<&str> {
     Some(d[i].as_str())
 }
 
-/// Whether the rules select `func` of `o`.
-fn wanted(reg: &Registry, o: &Object, func: u64) -> bool {
-    if o.off.contains(&func) {
+/// The `#[instrument_fn]` framework a site belongs to: a moved `call
+/// mcount` is mcount; a patchable entry is fentry, or XRay when the macro
+/// gave it for XRay's always-instrument; a rewritten `call __fentry__` or
+/// a 5-byte NOP is fentry.
+fn framework_off(o: &Object, s: &Site) -> bool {
+    use crate::procinfo::policy::{ENTRY_IS_XRAY, FENTRY_OFF, MCOUNT_OFF, XRAY_OFF};
+    let Some(p) = o.policy.get(s.func) else {
+        return false;
+    };
+    let bit = match s.layout {
+        Layout::Moved { .. } => MCOUNT_OFF,
+        _ if p.flags & ENTRY_IS_XRAY != 0 => XRAY_OFF,
+        _ => FENTRY_OFF,
+    };
+    p.flags & bit != 0
+}
+
+/// Whether the rules select site `s` of `o`.
+fn wanted(reg: &Registry, o: &Object, s: &Site) -> bool {
+    if framework_off(o, s) {
         return false;
     }
+    let func = s.func;
     if reg.rules.is_empty() {
         return reg.default_on;
     }
@@ -517,7 +535,7 @@ fn apply(reg: &mut Registry, i: usize) -> Changed {
         if !o.alive {
             return Changed::default();
         }
-        o.sites.iter().map(|s| wanted(reg, o, s.func)).collect()
+        o.sites.iter().map(|s| wanted(reg, o, s)).collect()
     };
     let o = &mut reg.objects[i];
     match switch(o, &want) {

@@ -6,6 +6,7 @@
 
 use std::ffi::CStr;
 
+pub mod policy;
 mod symbols;
 pub use symbols::{demangle, module_functions, module_symbols};
 

@@ -215,6 +215,17 @@ pub fn start_file(opts: &Options) -> io::Result<PathBuf> {
 /// The record-time policy of `cfg`.
 fn apply_policy(cfg: &Config) {
     filter::set_max_depth(cfg.depth);
+    // `#[instrument_fn(mcount = "off")]`/`(fentry = "off")` for hook calls
+    // that stay calls: with `-F`/`-N` (classified anyway) or
+    // `FNTRACE_KEEP_CALLS` (then the classification is turned on for
+    // them); converted calls are switched by the dynamic runtime.
+    filter::use_policy(
+        cfg!(feature = "compiler-hooks") && !cfg.count,
+        cfg.keep_calls,
+    );
+    if cfg!(feature = "compiler-hooks") && !cfg.count && cfg.keep_calls {
+        filter::scan_new_modules();
+    }
     if !cfg.filter.is_empty() || !cfg.notrace.is_empty() {
         let f: Vec<&str> = cfg.filter.iter().map(String::as_str).collect();
         let n: Vec<&str> = cfg.notrace.iter().map(String::as_str).collect();
@@ -222,8 +233,11 @@ fn apply_policy(cfg: &Config) {
             crate::diag::diag!("fntrace: {e}");
         }
     }
-    if !cfg.capture.is_empty()
-        && let Err(e) = args::set_specs(&cfg.capture)
+    // `#[instrument_fn(args, retval)]` captures need a mechanism that
+    // can capture (compiler hooks); the source guard cannot.
+    let policy = cfg!(feature = "compiler-hooks") && !cfg.count;
+    if (policy || !cfg.capture.is_empty())
+        && let Err(e) = args::set_specs(&cfg.capture, policy)
     {
         crate::diag::diag!("fntrace: {e}");
     }

@@ -46,8 +46,9 @@ pub struct XObject {
     orig: Vec<[u8; 2]>,
     /// Function start by id - 1.
     pub funcs: Vec<u64>,
-    /// Functions never to patch (`#[instrument_fn = "off"]`).
-    off: Vec<u64>,
+    /// `#[instrument_fn]` policies: functions with `xray = "off"` are
+    /// never patched.
+    policy: crate::procinfo::policy::Policies,
     /// Functions that also have a patchable entry, sorted: recorded through
     /// that entry by the dynamic runtime, so their sleds are never patched
     /// (see [`with_patchable_entry`]).
@@ -120,8 +121,8 @@ pub fn scan() -> bool {
             none.push((start, path));
             continue;
         }
-        let (sl, off_table, patchable) = found.map_or((vec![], None, vec![]), |f| {
-            (f.sleds, f.off_table, f.patchable)
+        let (sl, policy, patchable) = found.map_or((vec![], Default::default(), vec![]), |f| {
+            (f.sleds, f.policy, f.patchable)
         });
         let mut funcs: Vec<u64> = vec![];
         for s in &sl {
@@ -134,8 +135,28 @@ pub fn scan() -> bool {
             // SAFETY: sleds are inside the object's mapped, readable text.
             .map(|s| unsafe { [*(s.addr as *const u8), *((s.addr + 1) as *const u8)] })
             .collect();
-        let off = off_table.map_or(vec![], |(addr, size)| read_addr_table(addr, size));
         let sited = with_patchable_entry(&funcs, &patchable);
+        // `#[instrument_fn(args, retval)]` on functions recorded through
+        // their sleds: XRay's entry and exit sleds pass no registers to
+        // the recorder (a function with a patchable entry captures there).
+        let uncaptured = policy
+            .entries()
+            .iter()
+            .filter(|e| {
+                e.capture != 0
+                    && e.flags & crate::procinfo::policy::XRAY_OFF == 0
+                    && funcs.contains(&e.func)
+                    && sited.binary_search(&e.func).is_err()
+            })
+            .count();
+        if uncaptured > 0 {
+            crate::diag::diag!(
+                "fntrace: {}: {uncaptured} function(s) marked #[instrument_fn(args/retval)] are recorded \
+                 through XRay sleds, which cannot capture arguments or return values \
+                 (build with --instrument=fentry to capture them)",
+                path.display()
+            );
+        }
         let id = objs.len();
         if id >= FUNCS.len() {
             break;
@@ -152,7 +173,7 @@ pub fn scan() -> bool {
             sleds: sl,
             orig,
             funcs,
-            off,
+            policy,
             sited,
             stubs: [0; 4],
             alive: true,
@@ -214,8 +235,7 @@ fn with_patchable_entry(funcs: &[u64], sections: &[(u64, u64)]) -> Vec<u64> {
 }
 
 /// The 8-byte addresses (relocated in memory) of an allocated table at
-/// run-time address `addr`: the `fntrace_off` table (functions marked
-/// `#[instrument_fn = "off"]`) or `__patchable_function_entries`.
+/// run-time address `addr`: `__patchable_function_entries`.
 fn read_addr_table(addr: u64, size: u64) -> Vec<u64> {
     (0..size / 8)
         // SAFETY: both sections are allocated (SHF_ALLOC: statics, or the
@@ -303,7 +323,9 @@ fn patch_object(
             let s = &o.sleds[i];
             s.kind <= kind::LOG_ARGS
                 && pick(s)
-                && !(on && (o.off.contains(&s.func) || o.sited.binary_search(&s.func).is_ok()))
+                && !(on
+                    && (o.policy.is_off(s.func, crate::procinfo::policy::XRAY_OFF)
+                        || o.sited.binary_search(&s.func).is_ok()))
         })
         .collect();
     // While threads run, a function must never record an entry whose exit

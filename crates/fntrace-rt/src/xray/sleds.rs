@@ -47,9 +47,8 @@ pub struct Sled {
 pub struct ObjectSleds {
     /// Its sleds, in section order.
     pub sleds: Vec<Sled>,
-    /// Run-time address and size of its `fntrace_off` table (function
-    /// addresses written by `#[instrument_fn = "off"]`), if it has one.
-    pub off_table: Option<(u64, u64)>,
+    /// Its `#[instrument_fn]` policies (`fntrace_policy`, `fntrace_off`).
+    pub policy: crate::procinfo::policy::Policies,
     /// Run-time address and size of each of its
     /// `__patchable_function_entries` sections (8-byte addresses of
     /// patchable entries; a link may keep several).
@@ -57,7 +56,7 @@ pub struct ObjectSleds {
 }
 
 /// The sleds of one object, or `None` if it has no `xray_instr_map`. The
-/// file is parsed once, for the sleds, the `fntrace_off` table and the
+/// file is parsed once, for the sleds, the policy tables and the
 /// patchable entries.
 pub fn read(path: &Path, bias: u64) -> Option<ObjectSleds> {
     use object::Object;
@@ -65,9 +64,7 @@ pub fn read(path: &Path, bias: u64) -> Option<ObjectSleds> {
     let obj = object::File::parse(map.as_slice()).ok()?;
     let sec = obj.section_by_name("xray_instr_map")?;
     let data = sec.data().ok()?;
-    let off_table = obj
-        .section_by_name("fntrace_off")
-        .map(|s| (s.address().wrapping_add(bias), s.size()));
+    let policy = crate::procinfo::policy::Policies::read(&obj, bias);
     let patchable = obj
         .sections()
         .filter(|s| s.name() == Ok("__patchable_function_entries"))
@@ -75,7 +72,7 @@ pub fn read(path: &Path, bias: u64) -> Option<ObjectSleds> {
         .collect();
     Some(ObjectSleds {
         sleds: parse(data, sec.address(), bias),
-        off_table,
+        policy,
         patchable,
     })
 }

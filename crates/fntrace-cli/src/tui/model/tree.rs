@@ -594,6 +594,7 @@ mod tests {
             start_mono_ns: 0,
             start_realtime_ns: 0,
             pid: 1,
+            ring_chunks: 0,
         });
         let mut rng = seed | 1;
         let mut next = || {
