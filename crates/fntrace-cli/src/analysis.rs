@@ -23,6 +23,71 @@ pub struct Call {
     pub recursive: bool,
     /// The exit was not recorded (closed at the end of the stream).
     pub incomplete: bool,
+    /// Ticks the thread spent off CPU during the call, children included
+    /// (`record --sched`; 0 without it).
+    pub wait: u64,
+    /// Of [`Call::wait`], the ticks spent in recorded children.
+    pub children_wait: u64,
+}
+
+impl Call {
+    /// Ticks off CPU in the function itself (not in a recorded child).
+    pub fn self_wait(&self) -> u64 {
+        self.wait.saturating_sub(self.children_wait)
+    }
+
+    /// Ticks on CPU in the function itself: self time minus its own wait.
+    pub fn self_cpu(&self) -> u64 {
+        (self.end - self.start)
+            .saturating_sub(self.children)
+            .saturating_sub(self.self_wait())
+    }
+}
+
+/// The cumulative off-CPU time of one thread, read at non-decreasing
+/// timestamps (a cursor over its sorted off-CPU intervals).
+#[derive(Debug, Default, Clone)]
+pub struct OffCpuClock {
+    iv: Vec<(u64, u64, bool)>,
+    i: usize,
+    done: u64,
+    last: u64,
+}
+
+impl OffCpuClock {
+    /// The clock of thread `tid` of `trace` (always 0 without off-CPU
+    /// records).
+    pub fn of(trace: &Trace, tid: u32) -> OffCpuClock {
+        OffCpuClock {
+            iv: trace.offcpu_tsc(tid),
+            ..OffCpuClock::default()
+        }
+    }
+
+    /// Whether the thread has any off-CPU interval.
+    pub fn is_empty(&self) -> bool {
+        self.iv.is_empty()
+    }
+
+    /// The intervals (switch-out TSC, switch-in TSC, preempted).
+    pub fn intervals(&self) -> &[(u64, u64, bool)] {
+        &self.iv
+    }
+
+    /// Off-CPU ticks before `t` (an earlier `t` than a previous call reads
+    /// as that previous one).
+    pub fn at(&mut self, t: u64) -> u64 {
+        let t = t.max(self.last);
+        self.last = t;
+        while let Some(&(a, b, _)) = self.iv.get(self.i) {
+            if b > t {
+                return self.done + t.saturating_sub(a);
+            }
+            self.done += b - a;
+            self.i += 1;
+        }
+        self.done
+    }
 }
 
 /// Receives calls of one thread.
@@ -33,6 +98,10 @@ pub trait Visitor {
     fn call(&mut self, call: &Call);
     /// A marker fired (`name`, formatted arguments `text`).
     fn marker(&mut self, _name: &str, _text: &str, _tsc: u64) {}
+    /// The thread was off CPU from `out` to `back` (`record --sched`),
+    /// with `depth` calls open when it was switched out; called in time
+    /// order with the other events.
+    fn offcpu(&mut self, _out: u64, _back: u64, _preempted: bool, _depth: usize) {}
 }
 
 /// What walking one thread found.
@@ -111,12 +180,68 @@ impl OpenCalls {
 pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummary {
     let mut open = OpenCalls::default();
     let mut events = Events::new(trace, tid);
-    let exit = |open: &mut OpenCalls, v: &mut dyn Visitor, tsc: u64, incomplete: bool| {
+    let mut clock = OffCpuClock::of(trace, tid);
+    // Two copies of the loop: without off-CPU intervals (the common case)
+    // none of their bookkeeping is compiled in.
+    if clock.is_empty() {
+        walk_events::<false>(&mut open, &mut events, v, &mut None);
+    } else {
+        walk_events::<true>(&mut open, &mut events, v, &mut Some((&mut clock, 0)));
+    }
+    events.into_summary()
+}
+
+/// The loop of [`walk_thread`]; with `SCHED`, `off` is the thread's
+/// off-CPU clock and the index of the next interval to announce, and each
+/// open call's off-CPU clock at entry and its children's wait are kept in
+/// a stack of their own (without `SCHED` none of it is compiled in).
+#[inline(always)]
+fn walk_events<const SCHED: bool>(
+    open: &mut OpenCalls,
+    events: &mut Events<'_>,
+    v: &mut dyn Visitor,
+    off: &mut Option<(&mut OffCpuClock, usize)>,
+) {
+    // (off-CPU clock at entry, wait in completed children) per open call.
+    let mut waits: Vec<(u64, u64)> = vec![];
+    // Announces the intervals that started before `tsc`.
+    let announce = |off: &mut Option<(&mut OffCpuClock, usize)>,
+                    v: &mut dyn Visitor,
+                    tsc: u64,
+                    depth: usize| {
+        if !SCHED {
+            return;
+        }
+        if let Some((c, next)) = off {
+            while let Some(&(a, b, p)) = c.intervals().get(*next) {
+                if a > tsc {
+                    break;
+                }
+                v.offcpu(a, b, p, depth);
+                *next += 1;
+            }
+        }
+    };
+    let exit = |open: &mut OpenCalls,
+                waits: &mut Vec<(u64, u64)>,
+                v: &mut dyn Visitor,
+                off: &mut Option<(&mut OffCpuClock, usize)>,
+                tsc: u64,
+                incomplete: bool| {
+        announce(off, v, tsc, open.stack.len());
         let Some((o, recursive)) = open.pop() else {
             return;
         };
         let end = tsc.max(o.start);
         let dur = end - o.start;
+        let (mut wait, mut children_wait) = (0, 0);
+        if SCHED && let (Some((c, _)), Some((at, cw))) = (off.as_mut(), waits.pop()) {
+            wait = c.at(end).saturating_sub(at);
+            children_wait = cw;
+            if let Some(p) = waits.last_mut() {
+                p.1 = p.1.saturating_add(wait);
+            }
+        }
         if let Some(p) = open.stack.last_mut() {
             p.children = p.children.saturating_add(dur);
         }
@@ -128,30 +253,47 @@ pub fn walk_thread(trace: &Trace, tid: u32, v: &mut dyn Visitor) -> ThreadSummar
             children: o.children,
             recursive,
             incomplete,
+            wait,
+            children_wait,
         });
     };
-    let enter = |open: &mut OpenCalls, v: &mut dyn Visitor, func: u64, tsc: u64, depth| {
+    let enter = |open: &mut OpenCalls,
+                 waits: &mut Vec<(u64, u64)>,
+                 v: &mut dyn Visitor,
+                 off: &mut Option<(&mut OffCpuClock, usize)>,
+                 func: u64,
+                 tsc: u64,
+                 depth| {
+        announce(off, v, tsc, open.stack.len());
         v.enter(func, depth, tsc);
+        if SCHED && let Some((c, _)) = off.as_mut() {
+            waits.push((c.at(tsc), 0));
+        }
         open.push(Open {
             func,
             start: tsc,
             children: 0,
         });
     };
+    let w = &mut waits;
     loop {
         match events.step() {
-            Step::Enter { func, tsc, depth } => enter(&mut open, v, func, tsc, depth),
-            Step::Exit { tsc } => exit(&mut open, v, tsc, false),
+            Step::Enter { func, tsc, depth } => enter(open, w, v, off, func, tsc, depth),
+            Step::Exit { tsc } => exit(open, w, v, off, tsc, false),
             Step::Other => match events.next() {
                 None => break,
-                Some(Event::Enter { func, tsc, depth }) => enter(&mut open, v, func, tsc, depth),
-                Some(Event::Exit { tsc, incomplete }) => exit(&mut open, v, tsc, incomplete),
-                Some(Event::Marker { tsc, name, text }) => v.marker(&name, &text, tsc),
+                Some(Event::Enter { func, tsc, depth }) => enter(open, w, v, off, func, tsc, depth),
+                Some(Event::Exit { tsc, incomplete }) => exit(open, w, v, off, tsc, incomplete),
+                Some(Event::Marker { tsc, name, text }) => {
+                    announce(off, v, tsc, open.stack.len());
+                    v.marker(&name, &text, tsc)
+                }
                 Some(Event::Args(_) | Event::RetVal(_)) => {}
             },
         }
     }
-    events.into_summary()
+    // Intervals after the thread's last event.
+    announce(off, v, u64::MAX, open.stack.len());
 }
 
 /// A normalised event of one thread: entries and exits with absolute
@@ -706,5 +848,22 @@ mod tests {
         assert_eq!(parse_duration("1.5ms"), Some(1_500_000));
         assert_eq!(parse_duration("7"), Some(7));
         assert_eq!(parse_duration("3 weeks"), None);
+    }
+
+    #[test]
+    fn off_cpu_clock_counts_whole_and_partial_intervals() {
+        let mut c = OffCpuClock {
+            iv: vec![(10, 20, false), (30, 35, true), (50, 100, false)],
+            ..OffCpuClock::default()
+        };
+        assert_eq!(c.at(5), 0);
+        assert_eq!(c.at(15), 5);
+        assert_eq!(c.at(20), 10);
+        assert_eq!(c.at(32), 12);
+        assert_eq!(c.at(40), 15);
+        // Earlier than the last read: reads as the last read.
+        assert_eq!(c.at(1), 15);
+        assert_eq!(c.at(75), 40);
+        assert_eq!(c.at(1000), 65);
     }
 }

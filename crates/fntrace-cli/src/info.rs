@@ -240,6 +240,34 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
             m.path
         )?;
     }
+    if !meta.libfuncs.is_empty() {
+        writeln!(
+            out,
+            "# libcalls      {} library functions hooked (record --libcalls)",
+            meta.libfuncs.len()
+        )?;
+    }
+    if !meta.offcpu.is_empty() {
+        // Of the traced threads (the runtime's own threads have intervals
+        // but no stream).
+        let traced: Vec<&Vec<fntrace_format::OffCpu>> = threads
+            .iter()
+            .filter_map(|t| meta.offcpu.get(&t.tid))
+            .collect();
+        let n: usize = traced.iter().map(|v| v.len()).sum();
+        let ns: u64 = traced
+            .iter()
+            .copied()
+            .flatten()
+            .map(|o| o.in_ns - o.out_ns)
+            .sum();
+        writeln!(
+            out,
+            "# off CPU       {n} intervals, {} in all, on {} threads (record --sched)",
+            crate::analysis::fmt_ns(ns).trim(),
+            traced.len()
+        )?;
+    }
     writeln!(out, "# threads       {}", threads.len())?;
     for t in &threads {
         writeln!(

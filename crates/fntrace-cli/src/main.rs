@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a command and record its function calls.
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Per-function totals: total, self, calls, avg, min, max.
     Report(ReportArgs),
     /// The call tree with durations and thread ids.
@@ -151,6 +151,11 @@ struct ExportArgs {
     output: PathBuf,
     #[command(flatten)]
     select: fntrace_cli::select::SelectArgs,
+    /// Folded stacks and flame graph: what a stack's value measures: its
+    /// function's self time (wall), or only the part on CPU or off CPU
+    /// (blocked or preempted; a trace recorded with --sched).
+    #[arg(long, value_enum, default_value = "wall")]
+    weight: fntrace_cli::export::Weight,
 }
 
 // `fntrace info`.
@@ -292,7 +297,9 @@ fn run() -> Result<ExitCode> {
             a.levels,
             &a.select,
         )?,
-        Cmd::Export(a) => export::run(&a.trace.path, a.format, &a.output, &a.select)?,
+        Cmd::Export(a) => {
+            export::run_weighted(&a.trace.path, a.format, &a.output, &a.select, a.weight)?
+        }
         Cmd::Info(a) => info::run(&mut out, &a.trace.path)?,
         Cmd::Tui(a) => fntrace_cli::tui::run(&mut out, &a.trace.path, &a.options)?,
         Cmd::Markers(a) => markers::run(&mut out, &a.binary, a.format)?,

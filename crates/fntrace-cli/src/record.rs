@@ -63,6 +63,18 @@ pub struct Options {
     /// Do not open the control socket `fntrace live` talks to.
     #[arg(long)]
     pub no_control: bool,
+    /// Also record calls into shared libraries (`memcpy@libc.so.6`) made
+    /// through the PLT/GOT of the executable and of instrumented
+    /// libraries; with `=REGEX`, only functions whose symbol matches.
+    /// Off by default (uftrace records them unless `--no-libcall`).
+    #[arg(long, value_name = "REGEX", num_args = 0..=1, require_equals = true, default_missing_value = ".")]
+    pub libcalls: Option<String>,
+    /// Record when each thread is switched off and back onto a CPU
+    /// (perf_event_open context-switch records; needs
+    /// perf_event_paranoid <= 2 or CAP_PERFMON): `report` gets a Wait
+    /// column, `replay` and the timeline exports show the switches.
+    #[arg(long)]
+    pub sched: bool,
     /// Keep only calls that last at least this long (10us, 1.5ms; bare
     /// numbers are nanoseconds), with the calls they happened in, like
     /// uftrace's --time-filter. The trace says so, and `report` counts
@@ -126,6 +138,28 @@ impl Options {
         for r in &self.markers {
             regex::Regex::new(r).map_err(Error::pattern(format!("bad marker pattern {r:?}")))?;
         }
+        if self.sched && self.ring.is_some() {
+            return Err(Error::Invalid(
+                "--sched and --ring do not go together: off-CPU intervals go into the metadata \
+                 stream, which the ring never overwrites, so a long run would fill the ring with them"
+                    .into(),
+            ));
+        }
+        if let Some(r) = &self.libcalls {
+            if r.is_empty() {
+                return Err(Error::Invalid(
+                    "--libcalls=: empty pattern (use --libcalls for every function)".into(),
+                ));
+            }
+            if let Err(e) = regex::Regex::new(r) {
+                // regex's message spans several lines; its last says what.
+                let e = e.to_string();
+                let why = e.lines().last().unwrap_or("").trim_start_matches("error: ");
+                return Err(Error::Invalid(format!(
+                    "bad --libcalls pattern {r:?}: {why}"
+                )));
+            }
+        }
         let time_filter_ns = match &self.time_filter {
             Some(s) => config::parse_duration(s, 1)
                 .filter(|&ns| ns > 0)
@@ -165,6 +199,8 @@ impl Options {
             markers: self.markers.clone(),
             control: false,
             keep_calls: std::env::var_os(config::ENV_KEEP_CALLS).is_some_and(|v| v == "1"),
+            libcalls: self.libcalls.clone(),
+            sched: self.sched,
             time_filter_ns,
             duration_ns,
             ring,

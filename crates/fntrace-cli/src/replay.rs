@@ -74,6 +74,22 @@ struct ThreadView<'t> {
     tid: u32,
     events: std::iter::Peekable<Events<'t>>,
     stack: Vec<Frame>,
+    /// Off-CPU intervals (`record --sched`) and the next one to show.
+    off: Vec<(u64, u64, bool)>,
+    next_off: usize,
+}
+
+impl ThreadView<'_> {
+    /// When the thread's next item happens: its next event or its next
+    /// switch-out, whichever is first.
+    fn next_tsc(&mut self) -> Option<u64> {
+        let ev = self.events.peek().map(event_tsc);
+        let off = self.off.get(self.next_off).map(|o| o.0);
+        match (ev, off) {
+            (Some(e), Some(o)) => Some(e.min(o)),
+            (e, o) => e.or(o),
+        }
+    }
 }
 
 struct Replayer<'a, 't> {
@@ -124,6 +140,37 @@ impl Replayer<'_, '_> {
             }
         }
         Ok(())
+    }
+
+    /// A switch point: the thread was off CPU from `out` to `back`, shown
+    /// where it happened in the call tree with how long it lasted.
+    fn offcpu(
+        &mut self,
+        t: &mut ThreadView<'_>,
+        (out, back, preempted): (u64, u64, bool),
+    ) -> io::Result<()> {
+        let in_time = self.o.time_range.is_none_or(|(a, b)| {
+            let at = self.clock.since_start(out);
+            at >= a && at <= b
+        });
+        let (shown, rel) = match t.stack.last() {
+            Some(f) => (f.eligible, f.rel.map_or(0, |r| r + 1)),
+            None => (self.o.filter.is_none(), 0),
+        };
+        let dur = self.clock.ns(back.saturating_sub(out));
+        if !in_time || !shown || self.o.depth.is_some_and(|d| rel > d) || dur < self.o.threshold_ns
+        {
+            return Ok(());
+        }
+        self.open_ancestors(t.tid, &mut t.stack)?;
+        let indent = indent(rel);
+        let why = if preempted { "preempted" } else { "blocked" };
+        writeln!(
+            self.out,
+            "{:>12} [{:>6}] | {indent}/* off CPU: {why} */",
+            fmt_ns(dur),
+            t.tid
+        )
     }
 
     fn event(&mut self, t: &mut ThreadView<'_>, ev: Event) -> io::Result<()> {
@@ -262,21 +309,34 @@ pub fn write_replay(out: &mut dyn Write, trace: &Trace, o: &ReplayOptions) -> io
             tid,
             events: Events::new(trace, tid).peekable(),
             stack: vec![],
+            off: trace.offcpu_tsc(tid),
+            next_off: 0,
         })
         .collect();
     // Min-heap of (next timestamp, thread index).
     let mut heap = std::collections::BinaryHeap::new();
     for (i, t) in threads.iter_mut().enumerate() {
-        if let Some(ev) = t.events.peek() {
-            heap.push(std::cmp::Reverse((event_tsc(ev), i)));
+        if let Some(at) = t.next_tsc() {
+            heap.push(std::cmp::Reverse((at, i)));
         }
     }
     while let Some(std::cmp::Reverse((_, i))) = heap.pop() {
         let t = &mut threads[i];
-        let Some(ev) = t.events.next() else { continue };
-        r.event(t, ev)?;
-        if let Some(ev) = t.events.peek() {
-            heap.push(std::cmp::Reverse((event_tsc(ev), i)));
+        // A switch-out before (or at) the next event comes first.
+        let off = t.off.get(t.next_off).copied();
+        let ev_at = t.events.peek().map(event_tsc);
+        match (off, ev_at) {
+            (Some(o), e) if e.is_none_or(|e| o.0 <= e) => {
+                t.next_off += 1;
+                r.offcpu(t, o)?;
+            }
+            _ => {
+                let Some(ev) = t.events.next() else { continue };
+                r.event(t, ev)?;
+            }
+        }
+        if let Some(at) = t.next_tsc() {
+            heap.push(std::cmp::Reverse((at, i)));
         }
     }
     Ok(())

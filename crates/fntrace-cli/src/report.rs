@@ -30,8 +30,13 @@ pub struct Row {
     /// Inclusive time; a recursive call inside another call of the same
     /// function is not counted again.
     pub total_ns: u64,
-    /// Time in the function itself, children excluded.
+    /// Time in the function itself, children excluded (and, with
+    /// `record --sched`, time off CPU excluded: that is `wait_ns`).
     pub self_ns: u64,
+    /// With `record --sched`: time the thread spent off CPU (blocked or
+    /// preempted) in the function itself, children excluded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_ns: Option<u64>,
     /// Average inclusive time per call.
     pub avg_ns: u64,
     /// Shortest call.
@@ -45,6 +50,7 @@ struct Agg {
     calls: u64,
     total: u64,
     self_: u64,
+    wait: u64,
     sum: u64,
     min: u64,
     max: u64,
@@ -68,7 +74,13 @@ impl Visitor for ReportVisitor<'_> {
         if !c.recursive {
             a.total = a.total.saturating_add(dur);
         }
-        a.self_ = a.self_.saturating_add(dur.saturating_sub(c.children));
+        if c.wait == 0 {
+            // No off-CPU time in the call (always without --sched).
+            a.self_ = a.self_.saturating_add(dur.saturating_sub(c.children));
+        } else {
+            a.self_ = a.self_.saturating_add(c.self_cpu());
+            a.wait = a.wait.saturating_add(c.self_wait());
+        }
         a.min = a.min.min(dur);
         a.max = a.max.max(dur);
     }
@@ -165,6 +177,7 @@ pub fn report_rows_and_markers(
                     m.calls += a.calls;
                     m.total = m.total.saturating_add(a.total);
                     m.self_ = m.self_.saturating_add(a.self_);
+                    m.wait = m.wait.saturating_add(a.wait);
                     m.sum = m.sum.saturating_add(a.sum);
                     m.min = m.min.min(a.min);
                     m.max = m.max.max(a.max);
@@ -181,6 +194,7 @@ pub fn report_rows_and_markers(
         a.calls += n;
     }
     let mut sym = Symbolizer::new(trace.metadata());
+    let sched = !trace.metadata().offcpu.is_empty();
     let mut rows: Vec<Row> = map
         .into_iter()
         .map(|((func, tid), a)| Row {
@@ -189,6 +203,7 @@ pub fn report_rows_and_markers(
             calls: a.calls,
             total_ns: clock.ns(a.total),
             self_ns: clock.ns(a.self_),
+            wait_ns: sched.then(|| clock.ns(a.wait)),
             avg_ns: clock.ns(a.sum / a.calls.max(1)),
             min_ns: clock.ns(a.min),
             max_ns: clock.ns(a.max),
@@ -243,20 +258,27 @@ pub fn write_report(out: &mut dyn Write, rows: &[Row], format: Format) -> io::Re
             writeln!(out)
         }
         Format::Csv => {
+            let waitcol = rows.iter().any(|r| r.wait_ns.is_some());
             writeln!(
                 out,
-                "function,tid,calls,total_ns,self_ns,avg_ns,min_ns,max_ns"
+                "function,tid,calls,total_ns,self_ns,{}avg_ns,min_ns,max_ns",
+                if waitcol { "wait_ns," } else { "" }
             )?;
             for r in rows {
                 let f = csv_field(&r.function);
                 writeln!(
                     out,
-                    "{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{}{},{},{}",
                     f,
                     r.tid.map(|t| t.to_string()).unwrap_or_default(),
                     r.calls,
                     r.total_ns,
                     r.self_ns,
+                    if waitcol {
+                        format!("{},", r.wait_ns.unwrap_or(0))
+                    } else {
+                        String::new()
+                    },
                     r.avg_ns,
                     r.min_ns,
                     r.max_ns
@@ -266,24 +288,32 @@ pub fn write_report(out: &mut dyn Write, rows: &[Row], format: Format) -> io::Re
         }
         Format::Table => {
             let tidcol = rows.iter().any(|r| r.tid.is_some());
-            write!(
-                out,
-                "  {:>12}  {:>12}  {:>10}  ",
-                "Total time", "Self time", "Calls"
-            )?;
+            let waitcol = rows.iter().any(|r| r.wait_ns.is_some());
+            write!(out, "  {:>12}  {:>12}  ", "Total time", "Self time")?;
+            if waitcol {
+                write!(out, "{:>12}  ", "Wait time")?;
+            }
+            write!(out, "{:>10}  ", "Calls")?;
             if tidcol {
                 write!(out, "{:>7}  ", "TID")?;
             }
             writeln!(out, "Function")?;
-            writeln!(out, "  {}", "=".repeat(if tidcol { 60 } else { 51 }))?;
+            writeln!(
+                out,
+                "  {}",
+                "=".repeat(51 + if tidcol { 9 } else { 0 } + if waitcol { 14 } else { 0 })
+            )?;
             for r in rows {
                 write!(
                     out,
-                    "  {:>12}  {:>12}  {:>10}  ",
+                    "  {:>12}  {:>12}  ",
                     fmt_ns(r.total_ns),
-                    fmt_ns(r.self_ns),
-                    r.calls
+                    fmt_ns(r.self_ns)
                 )?;
+                if waitcol {
+                    write!(out, "{:>12}  ", fmt_ns(r.wait_ns.unwrap_or(0)))?;
+                }
+                write!(out, "{:>10}  ", r.calls)?;
                 if let Some(t) = r.tid {
                     write!(out, "{t:>7}  ")?;
                 }
@@ -378,6 +408,10 @@ pub fn merge_rows(a: Vec<Row>, b: Vec<Row>, sort: SortKey) -> Vec<Row> {
                 m.calls = calls;
                 m.total_ns = m.total_ns.saturating_add(r.total_ns);
                 m.self_ns = m.self_ns.saturating_add(r.self_ns);
+                m.wait_ns = match (m.wait_ns, r.wait_ns) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+                };
                 m.min_ns = m.min_ns.min(r.min_ns);
                 m.max_ns = m.max_ns.max(r.max_ns);
             }

@@ -1,5 +1,6 @@
 //! Symbolisation: turns function keys into names using the trace's site
-//! table (source instrumentation) or the module map plus the ELF symbol
+//! table (source instrumentation), its library functions (`memcpy@libc.so.6`,
+//! `record --libcalls`) or the module map plus the ELF symbol
 //! tables (read and demangled by `fntrace_rt::procinfo`, Rust legacy and
 //! v0 and C++ names).
 //! Unknown addresses print as `module+0xoffset`. Results are cached.
@@ -90,6 +91,9 @@ impl<'m> Symbolizer<'m> {
         if let Some(s) = self.meta.sites.get(&key) {
             return Some(format!("{}:{}", s.file, s.line));
         }
+        if let Some(f) = self.meta.libfuncs.get(&key) {
+            return Some(f.library.clone());
+        }
         let i = self.meta.modules.iter().position(|m| m.contains(key))?;
         let m = self.modules[i].get_or_insert_with(|| ModuleSyms::load(&self.meta.modules[i]));
         let link = key.wrapping_sub(m.info.bias);
@@ -141,6 +145,11 @@ impl<'m> Symbolizer<'m> {
         }
         if let Some(s) = self.meta.sites.get(&key) {
             return s.name.clone();
+        }
+        if let Some(f) = self.meta.libfuncs.get(&key) {
+            // `std::thread::join()@libstdc++.so.6`
+            let lib = f.library.rsplit('/').next().unwrap_or(&f.library);
+            return format!("{}@{lib}", demangle(&f.symbol));
         }
         let Some(i) = self.meta.modules.iter().position(|m| m.contains(key)) else {
             return format!("0x{key:x}");

@@ -17,7 +17,7 @@ pub mod snapshot;
 pub mod varint;
 pub mod writer;
 
-pub use event::{DetachReason, ModuleInfo, ProcessInfo, Record, SiteInfo};
+pub use event::{DetachReason, LibFuncInfo, ModuleInfo, OffCpu, ProcessInfo, Record, SiteInfo};
 pub use reader::{
     Damage, Ending, EventCount, FastItem, Metadata, StreamItem, StreamPos, ThreadReader, Trace,
     TraceError,

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::event::{Decoder, ModuleInfo, ProcessInfo, Record, SiteInfo};
+use crate::event::{Decoder, LibFuncInfo, ModuleInfo, OffCpu, ProcessInfo, Record, SiteInfo};
 use crate::layout::{
     CHUNK_FLAG_SEALED, CHUNK_HEADER_SIZE, ChunkHeader, ChunkProblem, FINAL_FLAG_CLEAN,
     FINAL_OFFSET, Final, HEADER_USED, Header, HeaderProblem, META_TID, VERSION_MAJOR,
@@ -94,6 +94,11 @@ pub struct Metadata {
     pub modules: Vec<ModuleInfo>,
     /// Source-instrumented functions by key.
     pub sites: HashMap<u64, SiteInfo>,
+    /// Shared-library functions recorded through PLT/GOT entries, by key.
+    pub libfuncs: HashMap<u64, LibFuncInfo>,
+    /// Off-CPU intervals (`record --sched`) per thread, sorted by switch-out
+    /// time, overlaps merged away.
+    pub offcpu: BTreeMap<u32, Vec<OffCpu>>,
     /// Call-graph arcs of a counting trace: (call site, callee, count),
     /// summed over threads.
     pub arcs: Vec<(u64, u64, u64)>,
@@ -412,12 +417,28 @@ impl Trace {
                 Record::Site(s) => {
                     meta.sites.entry(s.key).or_insert(s);
                 }
+                Record::LibFunc(f) => {
+                    meta.libfuncs.entry(f.key).or_insert(f);
+                }
+                Record::OffCpu(o) => meta.offcpu.entry(o.tid).or_default().push(o),
                 Record::Arc { from, to, count } => meta.arcs.push((from, to, count)),
                 Record::Attach { tsc, controller } => meta.attach = Some((tsc, controller)),
                 Record::Detach { tsc, reason } => meta.detach = Some((tsc, reason)),
                 Record::Setting { key, value } => meta.settings.push((key, value)),
                 _ => {}
             }
+        }
+        for v in meta.offcpu.values_mut() {
+            v.sort_unstable_by_key(|o| (o.out_ns, o.in_ns));
+            // Overlapping intervals (a record written twice) count once.
+            let mut out: Vec<OffCpu> = Vec::with_capacity(v.len());
+            for o in v.drain(..) {
+                match out.last_mut() {
+                    Some(l) if o.out_ns < l.in_ns => l.in_ns = l.in_ns.max(o.in_ns),
+                    _ => out.push(o),
+                }
+            }
+            *v = out;
         }
         let damage = reader.take_damage();
         self.damage.extend(damage);
@@ -573,6 +594,51 @@ impl Trace {
             .and_then(|c| from_pair(c.header.base_tsc, c.header.base_mono_ns))
             .filter(|&hz| hz > 0)
             .unwrap_or(h.tsc_hz.max(1))
+    }
+
+    /// The TSC value of a CLOCK_MONOTONIC time `ns`, through the start
+    /// clock pair and [`Trace::tsc_hz`].
+    pub fn mono_to_tsc(&self, ns: u64) -> u64 {
+        let h = &self.header;
+        map_mono(&[(h.start_mono_ns, h.start_tsc)], self.tsc_hz(), ns)
+    }
+
+    /// The off-CPU intervals of thread `tid` as (switch-out TSC, switch-in
+    /// TSC, preempted), sorted and not overlapping; empty without
+    /// `record --sched`. CLOCK_MONOTONIC times are placed on the TSC
+    /// timeline by interpolating between the nearest clock pairs the file
+    /// holds (the start, every chunk header, the finish), so that a drift
+    /// between the two clocks (NTP slewing the monotonic clock) stays
+    /// local.
+    pub fn offcpu_tsc(&self, tid: u32) -> Vec<(u64, u64, bool)> {
+        let Some(v) = self.meta.offcpu.get(&tid) else {
+            return vec![];
+        };
+        let h = &self.header;
+        let mut pairs: Vec<(u64, u64)> = vec![(h.start_mono_ns, h.start_tsc)];
+        pairs.extend(
+            self.chunks
+                .iter()
+                .filter(|c| {
+                    c.header.base_mono_ns >= h.start_mono_ns && c.header.base_tsc >= h.start_tsc
+                })
+                .map(|c| (c.header.base_mono_ns, c.header.base_tsc)),
+        );
+        if let Some(f) = &self.fin
+            && f.end_mono_ns >= h.start_mono_ns
+            && f.end_tsc >= h.start_tsc
+        {
+            pairs.push((f.end_mono_ns, f.end_tsc));
+        }
+        pairs.sort_unstable();
+        pairs.dedup_by_key(|p| p.0);
+        let hz = self.tsc_hz();
+        v.iter()
+            .map(|o| {
+                let a = map_mono(&pairs, hz, o.out_ns);
+                (a, map_mono(&pairs, hz, o.in_ns).max(a), o.preempted)
+            })
+            .collect()
     }
 
     /// Reads one thread's stream (or the metadata stream, [`META_TID`]).
@@ -1098,4 +1164,22 @@ impl Iterator for ThreadReader<'_> {
             }
         }
     }
+}
+
+/// Maps CLOCK_MONOTONIC `ns` to a TSC value: linear interpolation between
+/// the two clock pairs `(mono, tsc)` around it (`pairs` sorted by mono,
+/// not empty), or extrapolation at `hz` from the nearest one outside them.
+fn map_mono(pairs: &[(u64, u64)], hz: u64, ns: u64) -> u64 {
+    let i = pairs.partition_point(|p| p.0 <= ns);
+    let (m0, t0) = pairs[i.saturating_sub(1)];
+    if i > 0
+        && let Some(&(m1, t1)) = pairs.get(i)
+        && m1 > m0
+        && t1 >= t0
+    {
+        let t = t0 as u128 + (t1 - t0) as u128 * (ns - m0) as u128 / (m1 - m0) as u128;
+        return t.min(u64::MAX as u128) as u64;
+    }
+    let dt = ns as i128 - m0 as i128;
+    (t0 as i128 + dt * hz as i128 / 1_000_000_000).clamp(0, u64::MAX as i128) as u64
 }

@@ -69,6 +69,13 @@ pub const ENV_CONTROL: &str = "FNTRACE_CONTROL";
 /// (exits by return-address hijacking) instead of rewriting them into
 /// patchable sites with call wrappers.
 pub const ENV_KEEP_CALLS: &str = "FNTRACE_KEEP_CALLS";
+/// Record calls from instrumented objects into shared libraries through
+/// their PLT/GOT entries (`fntrace record --libcalls[=REGEX]`): a regex
+/// matched anywhere in the symbol name (`.` for all). Unset or empty: off.
+pub const ENV_LIBCALLS: &str = "FNTRACE_LIBCALLS";
+/// `1`: record when each thread is switched off and back onto a CPU
+/// (`fntrace record --sched`, `perf_event_open` context-switch records).
+pub const ENV_SCHED: &str = "FNTRACE_SCHED";
 /// `1`: set by the runtime itself in the environment of an `exec` across
 /// which it ignored `SIGPROF` (see `session::exec`); read and removed by
 /// the new image's runtime at start-up. Not a setting.
@@ -174,6 +181,10 @@ pub struct Config {
     pub control: bool,
     /// Keep `call mcount`/`call __fentry__` instead of rewriting them.
     pub keep_calls: bool,
+    /// `--libcalls`: the symbol pattern of library calls to record.
+    pub libcalls: Option<String>,
+    /// `--sched`: record off-CPU intervals.
+    pub sched: bool,
     /// Record-time time filter in nanoseconds (0: record every call).
     pub time_filter_ns: u64,
     /// Stop recording this many nanoseconds after the start (0: never).
@@ -202,6 +213,8 @@ impl Default for Config {
             markers: Vec::new(),
             control: false,
             keep_calls: false,
+            libcalls: None,
+            sched: false,
             time_filter_ns: 0,
             duration_ns: 0,
             buffer: DEFAULT_BUFFER,
@@ -349,6 +362,7 @@ impl Config {
             (ENV_COUNT, &mut c.count),
             (ENV_CONTROL, &mut c.control),
             (ENV_KEEP_CALLS, &mut c.keep_calls),
+            (ENV_SCHED, &mut c.sched),
         ] {
             if let Some(v) = text(var, &mut invalid) {
                 match v.as_str() {
@@ -395,6 +409,12 @@ impl Config {
                 }
             }
         }
+        if let Some(v) = text(ENV_LIBCALLS, &mut invalid).filter(|v| !v.is_empty()) {
+            match regex_lite::Regex::new(&v) {
+                Ok(_) => c.libcalls = Some(v),
+                Err(e) => invalid(ENV_LIBCALLS, &v, format!("bad pattern: {e}")),
+            }
+        }
         for (var, retval) in [(ENV_ARGS, false), (ENV_RETVAL, true)] {
             for l in text(var, &mut invalid).unwrap_or_default().lines() {
                 let l = l.trim();
@@ -435,10 +455,14 @@ impl Config {
             (ENV_COUNT, self.count),
             (ENV_CONTROL, self.control),
             (ENV_KEEP_CALLS, self.keep_calls),
+            (ENV_SCHED, self.sched),
         ] {
             if on {
                 v.push((var, "1".into()));
             }
+        }
+        if let Some(p) = &self.libcalls {
+            v.push((ENV_LIBCALLS, p.into()));
         }
         if self.depth != 0 {
             v.push((ENV_DEPTH, self.depth.to_string().into()));
@@ -655,6 +679,8 @@ mod tests {
             markers: vec!["^job_".into()],
             control: true,
             keep_calls: true,
+            libcalls: Some("^mem|pthread_".into()),
+            sched: true,
             time_filter_ns: 10_000,
             duration_ns: 30_000_000_000,
             buffer: 3 << 20,

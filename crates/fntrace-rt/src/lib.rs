@@ -12,6 +12,7 @@
 //!  ──────────────────────────────────────────────────────────────────────
 //!  mechanisms   site (#[instrument_fn])  hooks (mcount, fentry, cyg)
 //!               xray (sleds)  dynamic (patchable sites)  markers
+//!               libcalls (PLT/GOT hooks)  sched (off-CPU intervals)
 //!               — never import each other
 //!  ──────────────────────────────────────────────────────────────────────
 //!  calls        the shared call protocol: shadow-frame entries and exits,
@@ -57,7 +58,10 @@ pub mod calls;
 #[cfg(feature = "compiler-hooks")]
 pub mod dynamic;
 pub mod hooks;
+#[cfg(feature = "compiler-hooks")]
+pub mod libcalls;
 pub mod markers;
+pub mod sched;
 pub mod site;
 pub mod xray;
 

@@ -21,7 +21,12 @@ const LAYERS: &[(&[&str], bool)] = &[
     (&["recorder"], false),
     (&["args", "count", "filter"], true),
     (&["calls"], false),
-    (&["site", "hooks", "xray", "dynamic", "markers"], false),
+    (
+        &[
+            "site", "hooks", "xray", "dynamic", "markers", "libcalls", "sched",
+        ],
+        false,
+    ),
     (&["control"], false),
     (&["session"], false),
 ];

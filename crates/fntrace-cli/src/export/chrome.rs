@@ -30,7 +30,9 @@ fn push_us(buf: &mut Vec<u8>, ns: u64) {
 /// recording ends), timestamps in microseconds since the start of the
 /// recording, markers as instant events (category `marker`, their
 /// argument text as `args.text`), and process and thread names (a
-/// thread's as recorded at exit, else at start) as metadata events.
+/// thread's as recorded at exit, else at start) as metadata events; with
+/// `record --sched`, each thread's off-CPU intervals on a track of their
+/// own (`offcpu_slices`).
 /// Written as it is read, one thread after another, with the JSON of each
 /// function name escaped once: memory stays bounded. Only the calls and
 /// markers `sel` selects are written.
@@ -167,8 +169,61 @@ pub fn write_chrome(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::
         );
         buf.extend_from_slice(&json_string(&tname));
         buf.extend_from_slice(b"}}");
+        n += offcpu_slices(&mut buf, trace, sel, pid, tid, &tname);
     }
     buf.extend_from_slice(b"\n]}\n");
     out.write_all(&buf)?;
     Ok(n)
+}
+
+/// The pseudo-thread id of thread `tid`'s off-CPU track.
+pub fn offcpu_tid(tid: u32) -> u64 {
+    (1 << 32) | u64::from(tid)
+}
+
+/// Writes thread `tid`'s off-CPU intervals (`record --sched`) as complete
+/// (`X`) events, category `sched`, named `off CPU (blocked)` or `off CPU
+/// (preempted)`, on a track of their own next to the thread's (tid
+/// [`offcpu_tid`], named `NAME off CPU`): on the thread's own track they
+/// would have to nest exactly inside the calls, which two clocks a few
+/// microseconds apart cannot promise. With `--time-range`, the intervals
+/// that start inside it. Returns the events written.
+fn offcpu_slices(
+    buf: &mut Vec<u8>,
+    trace: &Trace,
+    sel: &Selection,
+    pid: u64,
+    tid: u32,
+    tname: &str,
+) -> u64 {
+    let iv = trace.offcpu_tsc(tid);
+    if iv.is_empty() {
+        return 0;
+    }
+    let clock = Clock::of(trace);
+    let otid = offcpu_tid(tid);
+    let _ = write!(
+        buf,
+        ",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":{otid},\"args\":{{\"name\":"
+    );
+    buf.extend_from_slice(&json_string(format!("{tname} off CPU").trim_start()));
+    buf.extend_from_slice(b"}}");
+    let mut n = 0;
+    for (out, back, preempted) in iv {
+        let at = clock.since_start(out);
+        if sel.time_range.is_some_and(|(a, b)| at < a || at > b) {
+            continue;
+        }
+        let why = if preempted { "preempted" } else { "blocked" };
+        let _ = write!(
+            buf,
+            ",\n{{\"ph\":\"X\",\"cat\":\"sched\",\"name\":\"off CPU ({why})\",\"pid\":{pid},\"tid\":{otid},\"ts\":"
+        );
+        push_us(buf, at);
+        buf.extend_from_slice(b",\"dur\":");
+        push_us(buf, clock.ns(back.saturating_sub(out)));
+        buf.push(b'}');
+        n += 1;
+    }
+    n
 }

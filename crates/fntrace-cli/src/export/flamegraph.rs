@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use fntrace_format::Trace;
 
-use super::folded::folded_stacks;
+use super::folded::{Weight, folded_stacks_of};
 use crate::select::Selection;
 
 /// Writes a flame graph (SVG, with `inferno`) of the self time per stack
@@ -16,7 +16,18 @@ pub fn write_flamegraph(
     title: &str,
     sel: &Selection,
 ) -> io::Result<usize> {
-    let lines = folded_stacks(trace, sel);
+    write_flamegraph_of(out, trace, title, sel, Weight::Wall)
+}
+
+/// [`write_flamegraph`] of on-CPU or off-CPU self time (`weight`).
+pub fn write_flamegraph_of(
+    out: &mut dyn Write,
+    trace: &Trace,
+    title: &str,
+    sel: &Selection,
+    weight: Weight,
+) -> io::Result<usize> {
+    let lines = folded_stacks_of(trace, sel, weight);
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_string();
     opts.count_name = "ns".to_string();

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use fntrace_format::Trace;
 
-use crate::analysis::Clock;
+use crate::analysis::{Clock, OffCpuClock};
 use crate::select::{Selected, Selection, Selector};
 
 /// Deepest stack written to folded stacks and flame graphs. A line per
@@ -16,6 +16,29 @@ use crate::select::{Selected, Selection, Selector};
 /// nobody can read; calls deeper than this count in the frame at the cut.
 pub const MAX_FOLDED_DEPTH: usize = 1024;
 
+/// What a stack's value is: the time of its innermost function itself
+/// (children excluded), all of it, or only its time on or off CPU
+/// (`record --sched`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Weight {
+    /// Wall-clock self time.
+    #[default]
+    Wall,
+    /// Self time on CPU (off-CPU time left out).
+    OnCpu,
+    /// Self time off CPU (blocked or preempted): an off-CPU flame graph.
+    OffCpu,
+}
+
+/// One open call of [`Cct`].
+struct OpenFrame {
+    node: u32,
+    start: u64,
+    children: u64,
+    wait_at: u64,
+    children_wait: u64,
+}
+
 /// The calling-context tree being built, and one thread's open calls.
 struct Cct<'a> {
     /// (parent node, function, self ticks); node 0 is the root, above
@@ -23,13 +46,15 @@ struct Cct<'a> {
     nodes: &'a mut Vec<(u32, u64, u64)>,
     children_of: &'a mut HashMap<(u32, u64), u32>,
     cut_calls: &'a mut u64,
-    /// Open calls: (node, start, children ticks).
-    stack: Vec<(u32, u64, u64)>,
+    stack: Vec<OpenFrame>,
+    weight: Weight,
+    /// The thread's off-CPU clock (with a weight other than wall).
+    off: OffCpuClock,
 }
 
 impl Cct<'_> {
     fn enter(&mut self, func: u64, tsc: u64) {
-        let parent = self.stack.last().map_or(0, |f| f.0);
+        let parent = self.stack.last().map_or(0, |f| f.node);
         let node = if self.stack.len() >= MAX_FOLDED_DEPTH {
             *self.cut_calls += 1;
             parent
@@ -40,18 +65,41 @@ impl Cct<'_> {
                 (nodes.len() - 1) as u32
             })
         };
-        self.stack.push((node, tsc, 0));
+        let wait_at = if self.weight == Weight::Wall {
+            0
+        } else {
+            self.off.at(tsc)
+        };
+        self.stack.push(OpenFrame {
+            node,
+            start: tsc,
+            children: 0,
+            wait_at,
+            children_wait: 0,
+        });
     }
 
     fn exit(&mut self, tsc: u64) {
-        let Some((node, start, children)) = self.stack.pop() else {
+        let Some(f) = self.stack.pop() else {
             return;
         };
-        let dur = tsc.saturating_sub(start);
+        let dur = tsc.saturating_sub(f.start);
+        let wait = if self.weight == Weight::Wall {
+            0
+        } else {
+            self.off.at(tsc.max(f.start)).saturating_sub(f.wait_at)
+        };
         if let Some(p) = self.stack.last_mut() {
-            p.2 += dur;
+            p.children += dur;
+            p.children_wait += wait;
         }
-        self.nodes[node as usize].2 += dur.saturating_sub(children);
+        let self_wall = dur.saturating_sub(f.children);
+        let self_wait = wait.saturating_sub(f.children_wait);
+        self.nodes[f.node as usize].2 += match self.weight {
+            Weight::Wall => self_wall,
+            Weight::OnCpu => self_wall.saturating_sub(self_wait),
+            Weight::OffCpu => self_wait,
+        };
     }
 }
 
@@ -64,6 +112,12 @@ impl Cct<'_> {
 /// calls (a selected call whose caller is not selected starts a stack;
 /// the time of unselected callees counts as their caller's self time).
 pub fn folded_stacks(trace: &Trace, sel: &Selection) -> Vec<String> {
+    folded_stacks_of(trace, sel, Weight::Wall)
+}
+
+/// [`folded_stacks`] with the stacks' values measured as `weight` says
+/// (on-CPU or off-CPU self time need a trace recorded with `--sched`).
+pub fn folded_stacks_of(trace: &Trace, sel: &Selection, weight: Weight) -> Vec<String> {
     use crate::analysis::{Event, Events};
     let clock = Clock::of(trace);
     let mut sym = crate::symbols::Symbolizer::new(trace.metadata());
@@ -77,9 +131,14 @@ pub fn folded_stacks(trace: &Trace, sel: &Selection) -> Vec<String> {
         children_of: &mut children_of,
         cut_calls: &mut cut_calls,
         stack: vec![],
+        weight,
+        off: OffCpuClock::default(),
     };
     for tid in sel.threads(trace) {
         cct.stack.clear();
+        if weight != Weight::Wall {
+            cct.off = OffCpuClock::of(trace, tid);
+        }
         let mut selector = (!sel.is_all()).then(|| Selector::new(sel, trace));
         for ev in Events::new(trace, tid) {
             let x = match (&mut selector, ev) {
@@ -141,7 +200,17 @@ pub fn folded_stacks(trace: &Trace, sel: &Selection) -> Vec<String> {
 
 /// Writes the folded stacks (of the selected calls), one per line.
 pub fn write_folded(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Result<usize> {
-    let lines = folded_stacks(trace, sel);
+    write_folded_of(out, trace, sel, Weight::Wall)
+}
+
+/// [`write_folded`] with the values measured as `weight` says.
+pub fn write_folded_of(
+    out: &mut dyn Write,
+    trace: &Trace,
+    sel: &Selection,
+    weight: Weight,
+) -> io::Result<usize> {
+    let lines = folded_stacks_of(trace, sel, weight);
     for l in &lines {
         writeln!(out, "{l}")?;
     }

@@ -13,8 +13,10 @@ use std::io::{self, Write};
 use std::path::Path;
 
 pub use chrome::write_chrome;
-pub use flamegraph::write_flamegraph;
-pub use folded::{MAX_FOLDED_DEPTH, folded_stacks, write_folded};
+pub use flamegraph::{write_flamegraph, write_flamegraph_of};
+pub use folded::{
+    MAX_FOLDED_DEPTH, Weight, folded_stacks, folded_stacks_of, write_folded, write_folded_of,
+};
 pub use gmon::{GmonSummary, write_gmon};
 pub use html::write_html;
 pub use perfetto::{PerfettoSummary, write_perfetto};
@@ -57,7 +59,26 @@ pub enum ExportFormat {
 /// renamed into place when complete, so that a failed export leaves no
 /// file (and does not destroy an earlier one).
 pub fn run(path: &Path, format: ExportFormat, output: &Path, select: &SelectArgs) -> Result<()> {
+    run_weighted(path, format, output, select, Weight::Wall)
+}
+
+/// [`run`] with the folded stacks' and flame graph's values measured as
+/// `weight` says (`--weight on-cpu|off-cpu`: a trace recorded with
+/// `--sched`; other formats refuse it).
+pub fn run_weighted(
+    path: &Path,
+    format: ExportFormat,
+    output: &Path,
+    select: &SelectArgs,
+    weight: Weight,
+) -> Result<()> {
     let sel = select.parse()?;
+    if weight != Weight::Wall && !matches!(format, ExportFormat::Folded | ExportFormat::Flamegraph)
+    {
+        return Err(Error::Invalid(
+            "--weight applies to the folded and flamegraph exports".into(),
+        ));
+    }
     let t = open_checked(path)?;
     if !sel.is_all() && format == ExportFormat::Gmon && !t.metadata().arcs.is_empty() {
         return Err(Error::Invalid(format!(
@@ -73,8 +94,14 @@ pub fn run(path: &Path, format: ExportFormat, output: &Path, select: &SelectArgs
             path.display()
         )));
     }
+    if weight != Weight::Wall && t.metadata().offcpu.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: no off-CPU intervals (record with --sched): no on-CPU or off-CPU flame graph",
+            path.display()
+        )));
+    }
     let tmp = TempOutput::create(output)?;
-    write(&t, path, format, output, tmp.file()?, &sel)?;
+    write(&t, path, format, output, tmp.file()?, &sel, weight)?;
     tmp.persist()
 }
 
@@ -86,6 +113,7 @@ fn write(
     output: &Path,
     file: std::fs::File,
     sel: &Selection,
+    weight: Weight,
 ) -> Result<()> {
     let mut buf = io::BufWriter::with_capacity(1 << 20, file);
     match format {
@@ -120,7 +148,7 @@ fn write(
             eprintln!("fntrace: wrote {n} events to {}", output.display());
         }
         ExportFormat::Folded => {
-            let n = write_folded(&mut buf, t, sel)?;
+            let n = write_folded_of(&mut buf, t, sel, weight)?;
             eprintln!("fntrace: wrote {n} stacks to {}", output.display());
         }
         ExportFormat::Flamegraph => {
@@ -130,7 +158,12 @@ fn write(
                 .as_ref()
                 .map(|p| p.args.join(" "))
                 .unwrap_or_else(|| path.display().to_string());
-            let n = write_flamegraph(&mut buf, t, &title, sel)?;
+            let title = match weight {
+                Weight::Wall => title,
+                Weight::OnCpu => format!("{title} (on CPU)"),
+                Weight::OffCpu => format!("{title} (off CPU)"),
+            };
+            let n = write_flamegraph_of(&mut buf, t, &title, sel, weight)?;
             eprintln!(
                 "fntrace: wrote a flame graph of {n} stacks to {}",
                 output.display()

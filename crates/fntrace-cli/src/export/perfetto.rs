@@ -19,6 +19,10 @@
 //!   debug annotations `arg1`, `arg2`, … on the slice's begin, `-R` the
 //!   annotation `retval` on its end (trace processor merges both into the
 //!   slice's arguments).
+//! - with `record --sched`, per thread a sequence of its own (ids after the
+//!   threads') with a track named `off CPU`, child of the thread's track,
+//!   holding one slice per off-CPU interval (`blocked` or `preempted`,
+//!   absolute timestamps);
 //! - Timestamps are CLOCK_MONOTONIC nanoseconds (the recording's start
 //!   plus the TSC converted with the trace's measured frequency), declared
 //!   in the BOOTTIME domain (the same clock unless the machine suspended
@@ -86,6 +90,8 @@ const SEQ_NEEDS_INCREMENTAL_STATE: u64 = 2;
 const TE_DEBUG_ANNOTATIONS: u32 = 4;
 const TE_TYPE: u32 = 9;
 const TE_NAME_IID: u32 = 10;
+const TE_TRACK_UUID: u32 = 11;
+const TE_NAME: u32 = 23;
 /// `TrackEvent.Type`.
 const TYPE_SLICE_BEGIN: u64 = 1;
 const TYPE_SLICE_END: u64 = 2;
@@ -100,6 +106,7 @@ const EN_IID: u32 = 1;
 const EN_NAME: u32 = 2;
 /// `TrackDescriptor` fields.
 const TD_UUID: u32 = 1;
+const TD_NAME: u32 = 2;
 const TD_PROCESS: u32 = 3;
 const TD_THREAD: u32 = 4;
 const TD_PARENT_UUID: u32 = 5;
@@ -428,6 +435,67 @@ fn thread_uuid(pid: u64, tid: u32) -> u64 {
     (pid & 0x3fff_ffff) << 32 | u64::from(tid)
 }
 
+/// The uuid of thread `tid`'s off-CPU track (a child of its thread track).
+fn offcpu_uuid(pid: u64, tid: u32) -> u64 {
+    thread_uuid(pid, tid) | 1 << 62
+}
+
+/// Writes thread `tid`'s off-CPU intervals (`record --sched`) on sequence
+/// `seq`: a track named `off CPU`, child of the thread's track, with one
+/// slice per interval (`blocked` or `preempted`), absolute BOOTTIME
+/// timestamps. A track of its own because the thread's slices come from
+/// another clock: nesting them inside the calls would need both clocks to
+/// agree to the nanosecond. With `--time-range`, the intervals that start
+/// inside it. Returns the events written.
+#[allow(clippy::too_many_arguments)]
+fn offcpu_track(
+    pb: &mut Pb,
+    trace: &Trace,
+    sel: &Selection,
+    clock: FastClock,
+    seq: u64,
+    pid: u64,
+    tid: u32,
+) -> u64 {
+    let iv = trace.offcpu_tsc(tid);
+    if iv.is_empty() {
+        return 0;
+    }
+    let uuid = offcpu_uuid(pid, tid);
+    let p = pb.open(TRACE_PACKET);
+    pb.uint(PKT_SEQUENCE_ID, seq);
+    let td = pb.open(PKT_TRACK_DESCRIPTOR);
+    pb.uint(TD_UUID, uuid);
+    pb.bytes(TD_NAME, b"off CPU");
+    pb.uint(TD_PARENT_UUID, thread_uuid(pid, tid));
+    pb.close(td);
+    pb.close(p);
+    let mut n = 0;
+    for (out, back, preempted) in iv {
+        let since = clock.ns(out).saturating_sub(clock.start_ns);
+        if sel.time_range.is_some_and(|(a, b)| since < a || since > b) {
+            continue;
+        }
+        let name: &[u8] = if preempted { b"preempted" } else { b"blocked" };
+        for (ty, at) in [(TYPE_SLICE_BEGIN, out), (TYPE_SLICE_END, back)] {
+            let p = pb.open(TRACE_PACKET);
+            pb.uint(PKT_TIMESTAMP, clock.ns(at));
+            pb.uint(PKT_TIMESTAMP_CLOCK_ID, CLOCK_BOOTTIME);
+            pb.uint(PKT_SEQUENCE_ID, seq);
+            let te = pb.open(PKT_TRACK_EVENT);
+            pb.uint(TE_TYPE, ty);
+            pb.uint(TE_TRACK_UUID, uuid);
+            if ty == TYPE_SLICE_BEGIN {
+                pb.bytes(TE_NAME, name);
+            }
+            pb.close(te);
+            pb.close(p);
+            n += 1;
+        }
+    }
+    n
+}
+
 /// A thread's `TrackDescriptor` packet.
 fn thread_descriptor(pb: &mut Pb, seq: u64, pid: u64, tid: u32, name: &str) {
     let p = pb.open(TRACE_PACKET);
@@ -502,7 +570,9 @@ pub fn write_perfetto(
         pb.close(td);
         pb.close(p);
     }
-    for (i, tid) in sel.threads(trace).into_iter().enumerate() {
+    let tids = sel.threads(trace);
+    let nthreads = tids.len() as u64;
+    for (i, tid) in tids.into_iter().enumerate() {
         let seq = i as u64 + 2;
         let first_name = start_name(trace, tid);
         thread_descriptor(&mut pb, seq, pid, tid, &first_name);
@@ -608,6 +678,7 @@ pub fn write_perfetto(
         }
         sum.events += s.events;
         sum.threads += 1;
+        sum.events += offcpu_track(&mut pb, trace, sel, clock, seq + nthreads, pid, tid);
         let summary = events.into_summary();
         if !summary.name.is_empty() && summary.name != first_name {
             thread_descriptor(&mut pb, seq, pid, tid, &summary.name);

@@ -3,9 +3,9 @@
 //! the first undecodable record as a [`DecodeError`].
 
 use super::{
-    DetachReason, EXT_SETTING, ModuleInfo, ProcessInfo, Record, SiteInfo, TAG_ARC, TAG_ARGS,
-    TAG_ATTACH, TAG_DETACH, TAG_EXT, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL,
-    TAG_SITE, TAG_THREAD_EXIT, TAG_THREAD_START,
+    DetachReason, EXT_SETTING, LibFuncInfo, ModuleInfo, OffCpu, ProcessInfo, Record, SiteInfo,
+    TAG_ARC, TAG_ARGS, TAG_ATTACH, TAG_DETACH, TAG_EXT, TAG_LIBFUNC, TAG_LOST, TAG_MARKER,
+    TAG_MODULE, TAG_OFFCPU, TAG_PROCESS, TAG_RETVAL, TAG_SITE, TAG_THREAD_EXIT, TAG_THREAD_START,
 };
 use crate::varint::{get_uvarint, unzigzag};
 
@@ -315,6 +315,23 @@ impl<'a> Decoder<'a> {
                 tsc: var(&mut p)?,
                 reason: DetachReason::from_code(var(&mut p)?),
             },
+            TAG_LIBFUNC => Record::LibFunc(LibFuncInfo {
+                key: var(&mut p)?,
+                symbol: string(&mut p)?,
+                library: string(&mut p)?,
+            }),
+            TAG_OFFCPU => {
+                let tid = var(&mut p)?;
+                let out_ns = var(&mut p)?;
+                let len = var(&mut p)?;
+                let flags = var(&mut p)?;
+                Record::OffCpu(OffCpu {
+                    tid: u32::try_from(tid).ok()?,
+                    out_ns,
+                    in_ns: out_ns.checked_add(len)?,
+                    preempted: flags & 1 != 0,
+                })
+            }
             TAG_EXT => match var(&mut p)? {
                 EXT_SETTING => Record::Setting {
                     key: string(&mut p)?,

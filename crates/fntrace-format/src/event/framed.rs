@@ -7,6 +7,7 @@ use super::{
     TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SITE,
     TAG_THREAD_EXIT, TAG_THREAD_START,
 };
+use super::{TAG_LIBFUNC, TAG_OFFCPU};
 use crate::varint::{put_uvarint, uvarint_len, zigzag};
 
 /// Destination of framed-record bytes.
@@ -153,6 +154,26 @@ pub enum Framed<'a> {
         /// [`super::DetachReason::code`].
         reason: u64,
     },
+    /// A shared-library function recorded through a PLT/GOT entry.
+    LibFunc {
+        /// The key its entries carry.
+        key: u64,
+        /// Symbol name.
+        symbol: &'a [u8],
+        /// Path of the defining library.
+        library: &'a [u8],
+    },
+    /// An interval a thread spent off CPU.
+    OffCpu {
+        /// Thread id.
+        tid: u64,
+        /// CLOCK_MONOTONIC ns of the switch out.
+        out_ns: u64,
+        /// Nanoseconds until it was switched back in.
+        len_ns: u64,
+        /// Bit 0: preempted (runnable) rather than blocked.
+        flags: u64,
+    },
     /// A setting the recording ran with (see `docs/FORMAT.md` for the
     /// keys readers know).
     Setting {
@@ -184,6 +205,8 @@ impl Framed<'_> {
             Framed::Arc { .. } => TAG_ARC,
             Framed::Attach { .. } => TAG_ATTACH,
             Framed::Detach { .. } => TAG_DETACH,
+            Framed::LibFunc { .. } => TAG_LIBFUNC,
+            Framed::OffCpu { .. } => TAG_OFFCPU,
             Framed::Setting { .. } => TAG_EXT,
             Framed::Args { .. } => TAG_ARGS,
             Framed::RetVal { .. } => TAG_RETVAL,
@@ -237,6 +260,26 @@ impl Framed<'_> {
                 put_bytes(s, name);
                 put_bytes(s, file);
                 put_var(s, line);
+            }
+            Framed::LibFunc {
+                key,
+                symbol,
+                library,
+            } => {
+                put_var(s, key);
+                put_bytes(s, symbol);
+                put_bytes(s, library);
+            }
+            Framed::OffCpu {
+                tid,
+                out_ns,
+                len_ns,
+                flags,
+            } => {
+                put_var(s, tid);
+                put_var(s, out_ns);
+                put_var(s, len_ns);
+                put_var(s, flags);
             }
             Framed::Arc { from, to, count } => {
                 put_var(s, from);

@@ -63,6 +63,11 @@ pub const TAG_ARC: u8 = 0x0b;
 pub const TAG_ATTACH: u8 = 0x0c;
 /// Framed tag: the runtime detached from the process (metadata).
 pub const TAG_DETACH: u8 = 0x0d;
+/// Framed tag: a shared-library function recorded through its PLT/GOT
+/// entry (metadata, minor version 2).
+pub const TAG_LIBFUNC: u8 = 0x0e;
+/// Framed tag: a thread was off CPU (metadata, minor version 2).
+pub const TAG_OFFCPU: u8 = 0x0f;
 /// Framed tag: an extension record, whose payload starts with a varint
 /// kind (`EXT_*`). The one-byte tag space (`0x01..=0x0f`) is full; new
 /// records are kinds of this one, and readers skip kinds they do not know.
@@ -178,6 +183,44 @@ pub struct SiteInfo {
     pub line: u32,
 }
 
+/// A shared-library function whose calls were recorded through the
+/// calling object's PLT/GOT entry (`record --libcalls`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LibFuncInfo {
+    /// Key carried by the function's entries (not an address inside it).
+    pub key: u64,
+    /// The symbol the GOT slot is bound to (`memcpy`).
+    pub symbol: String,
+    /// Path of the library that defines it (`/lib/x86_64-linux-gnu/libc.so.6`).
+    pub library: String,
+}
+
+impl LibFuncInfo {
+    /// `symbol@library-file-name` (`memcpy@libc.so.6`).
+    pub fn display_name(&self) -> String {
+        let base = self.library.rsplit('/').next().unwrap_or(&self.library);
+        if base.is_empty() {
+            self.symbol.clone()
+        } else {
+            format!("{}@{}", self.symbol, base)
+        }
+    }
+}
+
+/// One interval a thread spent off CPU (`record --sched`): switched out
+/// at `out_ns`, back in at `in_ns` (CLOCK_MONOTONIC nanoseconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffCpu {
+    /// Thread id.
+    pub tid: u32,
+    /// CLOCK_MONOTONIC ns of the switch out.
+    pub out_ns: u64,
+    /// CLOCK_MONOTONIC ns of the switch back in (≥ `out_ns`).
+    pub in_ns: u64,
+    /// The thread was preempted (still runnable) rather than blocked.
+    pub preempted: bool,
+}
+
 /// One decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -267,6 +310,10 @@ pub enum Record {
         /// Why.
         reason: DetachReason,
     },
+    /// A shared-library function (metadata).
+    LibFunc(LibFuncInfo),
+    /// A thread's off-CPU interval (metadata).
+    OffCpu(OffCpu),
     /// A setting the recording ran with (metadata).
     Setting {
         /// Setting name.

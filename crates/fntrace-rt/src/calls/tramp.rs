@@ -17,9 +17,10 @@
 //!   save the same set; [`fntrace_site_exit`] runs after the body returned
 //!   into the wrapper and saves the return registers, like the exit
 //!   trampoline.
-//! - The exit trampoline runs when an instrumented function returns: only
-//!   the return registers are live (rax, rdx, xmm0, xmm1; st0/st1 are not
-//!   touched). It saves those, asks the shadow stack for the original
+//! - The exit trampoline runs when an instrumented function (or a recorded
+//!   library call) returns: only the return registers are live (rax, rdx,
+//!   xmm0, xmm1, saved at the width the CPU has: a `__m256`/`__m512`
+//!   return value fills ymm0/zmm0; st0/st1 are not touched). It saves those, asks the shadow stack for the original
 //!   return address and jumps to it through r11 (caller-saved, not a return
 //!   register).
 //!
@@ -30,6 +31,8 @@
 //! `__fentry__` (before the callee's prologue) with rsp ≡ 0, so both
 //! realign with a frame of their own (rbp saved, rsp rounded down). The
 //! exit trampoline realigns too, keeping the entry rsp in its frame.
+
+use core::sync::atomic::{AtomicU8, Ordering};
 
 use crate::recorder;
 
@@ -118,7 +121,8 @@ macro_rules! saving_trampoline {
 pub(crate) use saving_trampoline;
 /// The body shared by the exit trampolines: entered with rsp just above
 /// the function's return-address slot and only the return registers live
-/// (rax, rdx, xmm0, xmm1: saved; r11: scratch), it calls [`exit_entry`]
+/// (rax, rdx, and xmm0, xmm1 at full width — ymm or zmm on CPUs that have
+/// them, for vector return values — saved; r11: scratch), it calls [`exit_entry`]
 /// with the slot and rax, restores, and leaves the original return address
 /// in r11 for `$tail` to go to.
 macro_rules! exit_trampoline {
@@ -128,27 +132,58 @@ macro_rules! exit_trampoline {
             crate::calls::fast::fast_hook_exit!($fast_done, "pop rdx\npop rax\n"),
             // The slot the callee returned from is just below our entry rsp.
             "mov r11, rsp",
-            "and rsp, -16",
-            "sub rsp, 64",
-            "mov [rsp + 48], r11",
-            "mov [rsp], rax",
-            "mov [rsp + 8], rdx",
-            "movaps [rsp + 16], xmm0",
-            "movaps [rsp + 32], xmm1",
+            "and rsp, -64",
+            "sub rsp, 192",
+            "mov [rsp + 144], r11",
+            "mov [rsp + 128], rax",
+            "mov [rsp + 136], rdx",
+            // xmm0/xmm1 at the width the CPU has (a `__m256`/`__m512`
+            // return value fills ymm0/zmm0).
+            "movzx eax, byte ptr [rip + {vec_mode}]",
+            "cmp eax, 1",
+            "je 41f",
+            "ja 42f",
+            "movaps [rsp], xmm0",
+            "movaps [rsp + 64], xmm1",
+            "jmp 43f",
+            "41:",
+            "vmovdqu [rsp], ymm0",
+            "vmovdqu [rsp + 64], ymm1",
+            "jmp 43f",
+            "42:",
+            // vmovdqu64 [rsp], zmm0; vmovdqu64 [rsp + 64], zmm1 (as bytes:
+            // the crate is not compiled with AVX-512 enabled).
+            ".byte 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x04, 0x24",
+            ".byte 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x4c, 0x24, 0x01",
+            "43:",
             "lea rdi, [r11 - 8]",
-            "mov rsi, rax",
+            "mov rsi, [rsp + 128]",
             "call {exit}",
             "mov r11, rax",
-            "mov rax, [rsp]",
-            "mov rdx, [rsp + 8]",
-            "movaps xmm0, [rsp + 16]",
-            "movaps xmm1, [rsp + 32]",
-            "mov rsp, [rsp + 48]",
+            "movzx edx, byte ptr [rip + {vec_mode}]",
+            "cmp edx, 1",
+            "je 44f",
+            "ja 45f",
+            "movaps xmm0, [rsp]",
+            "movaps xmm1, [rsp + 64]",
+            "jmp 46f",
+            "44:",
+            "vmovdqu ymm0, [rsp]",
+            "vmovdqu ymm1, [rsp + 64]",
+            "jmp 46f",
+            "45:",
+            ".byte 0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x04, 0x24",
+            ".byte 0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x4c, 0x24, 0x01",
+            "46:",
+            "mov rax, [rsp + 128]",
+            "mov rdx, [rsp + 136]",
+            "mov rsp, [rsp + 144]",
             $($tail,)+
             exit = sym exit_entry,
             session = sym recorder::SESSION,
             features = sym crate::features::FEATURES,
-            switch = sym crate::calls::fast::fntrace_fast_switch,
+            vec_mode = sym crate::calls::tramp::VEC_MODE,
+            switch = sym crate::calls::tramp::fntrace_fast_switch_wide,
         )
     };
 }
@@ -258,5 +293,131 @@ pub unsafe extern "C" fn fntrace_exit_trampoline() {
         ["nop"],
         "pop rdx\npop rax\njmp r10\n",
         ["jmp r11"]
+    )
+}
+
+/// Width at which the exit trampoline (return values: `__m256`/`__m512`
+/// in ymm0/zmm0) and the library-call trampoline (arguments) save vector
+/// registers: 0 SSE (xmm), 1 AVX (ymm), 2 AVX-512 (zmm). Set when a
+/// session starts ([`detect_vector_width`]).
+pub(crate) static VEC_MODE: AtomicU8 = AtomicU8::new(0);
+
+/// Sets [`VEC_MODE`] from CPUID and XGETBV (whether the OS enabled the
+/// state).
+pub fn detect_vector_width() {
+    use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
+    let l1 = __cpuid(1);
+    let osxsave = l1.ecx & (1 << 27) != 0;
+    let avx = l1.ecx & (1 << 28) != 0;
+    let mut mode = 0u8;
+    if osxsave && avx {
+        // SAFETY: XGETBV is available when OSXSAVE is set (checked).
+        let xcr0 = unsafe { _xgetbv(0) };
+        if xcr0 & 0x6 == 0x6 {
+            mode = 1;
+            let l7 = __cpuid_count(7, 0);
+            if l7.ebx & (1 << 16) != 0 && xcr0 & 0xe6 == 0xe6 {
+                mode = 2;
+            }
+        }
+    }
+    VEC_MODE.store(mode, Ordering::Relaxed);
+}
+
+/// A fast path's chunk switch that also keeps vector registers 0–7 at
+/// full width ([`VEC_MODE`]) around
+/// [`crate::calls::fast::fntrace_fast_switch`] (which saves the general
+/// registers and xmm0–7 only, and calls Rust code that may call the C
+/// library's AVX `memcpy`, whose `vzeroupper` clears the upper halves):
+/// what the exit trampoline (vector return values) and the library-call
+/// entry (vector arguments) need.
+///
+/// # Safety
+/// Only the fast paths call it.
+#[unsafe(naked)]
+pub unsafe extern "C" fn fntrace_fast_switch_wide() {
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "and rsp, -64",
+        "sub rsp, 576",
+        "mov [rsp + 512], rax",
+        "movzx eax, byte ptr [rip + {mode}]",
+        "cmp eax, 1",
+        "je 11f",
+        "ja 12f",
+        "movaps [rsp], xmm0",
+        "movaps [rsp + 16], xmm1",
+        "movaps [rsp + 32], xmm2",
+        "movaps [rsp + 48], xmm3",
+        "movaps [rsp + 64], xmm4",
+        "movaps [rsp + 80], xmm5",
+        "movaps [rsp + 96], xmm6",
+        "movaps [rsp + 112], xmm7",
+        "jmp 13f",
+        "11:",
+        "vmovdqu [rsp], ymm0",
+        "vmovdqu [rsp + 32], ymm1",
+        "vmovdqu [rsp + 64], ymm2",
+        "vmovdqu [rsp + 96], ymm3",
+        "vmovdqu [rsp + 128], ymm4",
+        "vmovdqu [rsp + 160], ymm5",
+        "vmovdqu [rsp + 192], ymm6",
+        "vmovdqu [rsp + 224], ymm7",
+        "jmp 13f",
+        "12:",
+        // vmovdqu64 [rsp + 64 * i], zmm_i
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x04, 0x24",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x4c, 0x24, 0x01",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x54, 0x24, 0x02",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x5c, 0x24, 0x03",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x64, 0x24, 0x04",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x6c, 0x24, 0x05",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x74, 0x24, 0x06",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x7c, 0x24, 0x07",
+        "13:",
+        "mov rax, [rsp + 512]",
+        "call {switch}",
+        "mov [rsp + 512], rax",
+        "movzx eax, byte ptr [rip + {mode}]",
+        "cmp eax, 1",
+        "je 21f",
+        "ja 22f",
+        "movaps xmm0, [rsp]",
+        "movaps xmm1, [rsp + 16]",
+        "movaps xmm2, [rsp + 32]",
+        "movaps xmm3, [rsp + 48]",
+        "movaps xmm4, [rsp + 64]",
+        "movaps xmm5, [rsp + 80]",
+        "movaps xmm6, [rsp + 96]",
+        "movaps xmm7, [rsp + 112]",
+        "jmp 23f",
+        "21:",
+        "vmovdqu ymm0, [rsp]",
+        "vmovdqu ymm1, [rsp + 32]",
+        "vmovdqu ymm2, [rsp + 64]",
+        "vmovdqu ymm3, [rsp + 96]",
+        "vmovdqu ymm4, [rsp + 128]",
+        "vmovdqu ymm5, [rsp + 160]",
+        "vmovdqu ymm6, [rsp + 192]",
+        "vmovdqu ymm7, [rsp + 224]",
+        "jmp 23f",
+        "22:",
+        // vmovdqu64 zmm_i, [rsp + 64 * i]
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x04, 0x24",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x4c, 0x24, 0x01",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x54, 0x24, 0x02",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x5c, 0x24, 0x03",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x64, 0x24, 0x04",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x6c, 0x24, 0x05",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x74, 0x24, 0x06",
+        ".byte 0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x7c, 0x24, 0x07",
+        "23:",
+        "mov rax, [rsp + 512]",
+        "mov rsp, rbp",
+        "pop rbp",
+        "ret",
+        mode = sym VEC_MODE,
+        switch = sym crate::calls::fast::fntrace_fast_switch,
     )
 }

@@ -66,6 +66,29 @@ pub fn note_attach(controller: u64) -> bool {
     })
 }
 
+/// Describes library function `key` (`symbol` defined in `library`, see
+/// `libcalls`) in the active session's metadata. Returns whether a
+/// session is active.
+pub fn note_libfunc(key: u64, symbol: &[u8], library: &[u8]) -> bool {
+    file::note_meta(&fntrace_format::event::Framed::LibFunc {
+        key,
+        symbol,
+        library,
+    })
+}
+
+/// Writes an off-CPU interval of thread `tid` (CLOCK_MONOTONIC ns; `flags`
+/// bit 0: preempted) into the active session's metadata (see `sched`).
+/// Returns whether a session is active.
+pub fn note_offcpu(tid: u32, out_ns: u64, in_ns: u64, flags: u64) -> bool {
+    file::note_meta(&fntrace_format::event::Framed::OffCpu {
+        tid: u64::from(tid),
+        out_ns,
+        len_ns: in_ns.saturating_sub(out_ns),
+        flags,
+    })
+}
+
 /// Marks the end of an attached recording, now, with the reason's code
 /// ([`fntrace_format::event::DetachReason::code`]).
 pub fn note_detach(reason: u64) -> bool {

@@ -88,6 +88,8 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
         return Err(StartError::AlreadyActive);
     }
     apply_policy(cfg);
+    #[cfg(feature = "compiler-hooks")]
+    crate::calls::tramp::detect_vector_width();
     markers::record::start_recording(&cfg.markers);
     let opts = Options {
         path,
@@ -117,6 +119,8 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     if order == Order::FileFirst {
         switch_on(cfg);
     }
+    #[cfg(feature = "compiler-hooks")]
+    crate::libcalls::describe_all();
     if cfg.duration_ns > 0 {
         stop::after(cfg.duration_ns);
     }
@@ -153,21 +157,46 @@ fn settings(cfg: &Config) -> Vec<(String, String)> {
 /// Switches on the XRay sleds and patchable sites `cfg` selects (and the
 /// control socket).
 fn switch_on(cfg: &Config) {
+    // Off-CPU records go into the metadata stream, which a ring never
+    // overwrites: a long run would fill the ring with them.
+    if cfg.sched && cfg.ring > 0 {
+        crate::diag::diag!(
+            "fntrace: --sched is not recorded in a flight-recorder ring (FNTRACE_RING): its records would fill the ring"
+        );
+    }
+    SCHED.store(
+        cfg.sched && cfg.ring == 0,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     #[cfg(feature = "compiler-hooks")]
     {
         crate::xray::api::start_recording(&cfg.patch);
         start_dynamic(cfg);
+        if let Some(p) = &cfg.libcalls
+            && let Err(e) = crate::libcalls::start(p)
+        {
+            crate::diag::diag!("fntrace: {e}");
+        }
     }
     #[cfg(not(feature = "compiler-hooks"))]
-    let _ = cfg;
+    if cfg.libcalls.is_some() {
+        crate::diag::diag!(
+            "fntrace: --libcalls needs the runtime with compiler hooks (libfntrace_preload.so); not recorded"
+        );
+    }
+    // Last: its helper thread must not exist yet while start-up code
+    // rewriting (one-byte NOP runs) needs a single-threaded program.
+    start_sched();
 }
 
 /// Switches every XRay sled and patchable site off again, and closes the
 /// control socket.
 pub(crate) fn switch_off() {
+    crate::sched::stop();
     #[cfg(feature = "compiler-hooks")]
     {
         crate::dynamic::stop();
+        crate::libcalls::stop();
         crate::xray::api::stop_recording();
         crate::control::socket::stop();
     }
@@ -251,6 +280,7 @@ fn start_dynamic(cfg: &Config) {
 /// Other threads stop recording at their next event; their last chunks
 /// stay unsealed (readers handle that).
 pub fn finish() -> Option<Summary> {
+    crate::sched::stop();
     recorder::finish(false, &|f| count::for_each_arc(f))
 }
 
@@ -275,10 +305,24 @@ pub fn note_modules_changed() {
             crate::xray::api::start_recording(&patch);
         }
         crate::dynamic::scan();
+        crate::libcalls::scan();
+    }
+}
+
+/// `--sched` was asked for (kept for a forked child's session).
+static SCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Starts off-CPU recording if asked; a refusal is a warning.
+fn start_sched() {
+    if SCHED.load(std::sync::atomic::Ordering::Relaxed)
+        && let Err(e) = crate::sched::start()
+    {
+        crate::diag::diag!("fntrace: {e}");
     }
 }
 
 extern "C" fn at_exit() {
+    crate::sched::stop();
     #[cfg(feature = "compiler-hooks")]
     {
         attach::at_exit();
@@ -297,9 +341,13 @@ extern "C" fn after_fork_child() {
     name.push(format!(".{}", std::process::id()));
     o.path = name.into();
     o.exclusive = true;
+    crate::sched::forget_after_fork();
     if let Some(Err(e)) = recorder::start_after_fork(&o) {
         crate::diag::diag!("fntrace: child {}: cannot record: {e}", std::process::id());
     }
+    start_sched();
+    #[cfg(feature = "compiler-hooks")]
+    crate::libcalls::describe_all_after_fork();
     // The parent's deadline holds for the child's recording too.
     stop::after_fork();
     #[cfg(feature = "compiler-hooks")]

@@ -1,0 +1,390 @@
+//! `fntrace record --sched`: off-CPU intervals from the kernel's
+//! context-switch records. `tests/libcalls/sleeper.c` runs 3 threads that
+//! each sleep 50 ms 10 times inside `nap()`, which measures the wall time
+//! of its sleeps itself. That time must show in `nap`'s Wait column
+//! (within 10 % of what the thread measured, at least 500 ms) and not in
+//! its Self time; with `--libcalls` it moves to `nanosleep@libc.so.6`.
+//! `replay` must show the switch points inside `nap`. Needs gcc and
+//! `kernel.perf_event_paranoid` ≤ 2 (the test fails, naming the warning,
+//! otherwise).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use fntrace_cli::report::{Row, SortKey, report_rows};
+use fntrace_format::Trace;
+
+mod common;
+
+fn build(dir: &Path) -> PathBuf {
+    let exe = dir.join("sleeper");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/libcalls/sleeper.c");
+    common::tool(
+        "gcc",
+        &[
+            "-O2",
+            "-g",
+            "-pg",
+            "-mfentry",
+            "-o",
+            exe.to_str().unwrap(),
+            src,
+            "-lpthread",
+        ],
+    );
+    exe
+}
+
+/// Records the sleeper with `opts`; returns the trace and, per thread, the
+/// sleep time it measured (ns).
+fn record(dir: &Path, exe: &Path, name: &str, opts: &[&str]) -> (PathBuf, HashMap<u32, u64>) {
+    let data = dir.join(name);
+    let out = common::record_cmd(&data, opts, exe, &[]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("--sched"), "off-CPU recording refused: {err}");
+    let slept: HashMap<u32, u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.strip_prefix("slept ")?.split_whitespace();
+            Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(slept.len(), 3, "three sleeping threads");
+    (data, slept)
+}
+
+fn rows_of<'a>(rows: &'a [Row], function: &str) -> Vec<&'a Row> {
+    rows.iter().filter(|r| r.function == function).collect()
+}
+
+/// Each thread's `function` row carries that thread's measured sleep in
+/// its Wait column (≥ 500 ms, within 10 %) and little Self time.
+fn check_wait(what: &str, rows: &[Row], function: &str, slept: &HashMap<u32, u64>) {
+    let r = rows_of(rows, function);
+    assert_eq!(r.len(), 3, "{what}: {function} rows: {r:?}");
+    for row in r {
+        let tid = row.tid.unwrap();
+        let s = slept[&tid];
+        let wait = row.wait_ns.expect("a Wait column");
+        assert!(
+            wait >= 500_000_000,
+            "{what}: {function} [{tid}] waited {wait} ns"
+        );
+        let diff = wait.abs_diff(s);
+        assert!(
+            diff * 10 <= s,
+            "{what}: {function} [{tid}] waited {wait} ns, the thread measured {s} ns"
+        );
+        assert!(
+            row.self_ns * 10 <= s,
+            "{what}: {function} [{tid}] self {} ns of {s} ns asleep",
+            row.self_ns
+        );
+        // Self + Wait + children make up the total.
+        assert!(row.self_ns + wait <= row.total_ns, "{what}: {row:?}");
+    }
+}
+
+#[test]
+fn sleeps_are_wait_time_not_self_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let (data, slept) = record(dir.path(), &exe, "s.data", &["--sched"]);
+    let t = Trace::open(&data).unwrap();
+    assert!(t.damage().is_empty(), "{:?}", t.damage());
+    let rows = report_rows(&t, true, SortKey::Total);
+    check_wait("--sched", &rows, "nap", &slept);
+
+    // The switch points, inside nap, on each sleeping thread: at least 10
+    // blocked intervals each (a thread can also be preempted).
+    let out = std::process::Command::new(common::fntrace_bin())
+        .args(["replay", "--color", "never"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for &tid in slept.keys() {
+        let tag = format!("[{tid:>6}] |");
+        let mut in_nap = false;
+        let mut blocked = 0;
+        for l in text.lines().filter(|l| l.contains(&tag)) {
+            if l.ends_with("nap() {") {
+                in_nap = true;
+            } else if l.ends_with("} /* nap */") {
+                in_nap = false;
+            } else if in_nap && l.ends_with("/* off CPU: blocked */") {
+                blocked += 1;
+            }
+        }
+        assert!(
+            blocked >= 10,
+            "thread {tid}: {blocked} switch points in nap:\n{text}"
+        );
+    }
+
+    // `info` counts the intervals of the traced threads (main + 3).
+    let out = std::process::Command::new(common::fntrace_bin())
+        .arg("info")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let info = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        info.lines()
+            .any(|l| l.starts_with("# off CPU") && l.contains("on 4 threads")),
+        "{info}"
+    );
+
+    // With the library calls recorded, the wait belongs to nanosleep.
+    let (data, slept) = record(dir.path(), &exe, "l.data", &["--sched", "--libcalls"]);
+    let t = Trace::open(&data).unwrap();
+    let rows = report_rows(&t, true, SortKey::Total);
+    check_wait("--sched --libcalls", &rows, "nanosleep@libc.so.6", &slept);
+    for r in rows_of(&rows, "nap") {
+        assert!(
+            r.wait_ns.unwrap() * 10 <= slept[&r.tid.unwrap()],
+            "nap keeps the wait of nanosleep: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn without_sched_there_is_no_wait_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let (data, slept) = record(dir.path(), &exe, "n.data", &[]);
+    let t = Trace::open(&data).unwrap();
+    let rows = report_rows(&t, true, SortKey::Total);
+    for r in rows_of(&rows, "nap") {
+        assert_eq!(r.wait_ns, None);
+        // Without off-CPU data the sleep is (wrongly, but as recorded) self time.
+        assert!(r.self_ns >= slept[&r.tid.unwrap()] / 2);
+    }
+}
+
+/// Decodes a Perfetto trace with the upstream protos (as `exports.rs`
+/// does; `protoc` and Python's protobuf are required).
+fn decode_perfetto(dir: &Path, trace: &Path) -> serde_json::Value {
+    let protos = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_protos");
+    let gen_dir = dir.join("perfetto_pb2");
+    std::fs::create_dir_all(&gen_dir).unwrap();
+    let st = std::process::Command::new("protoc")
+        .arg(format!("--python_out={}", gen_dir.display()))
+        .arg(format!("-I{protos}"))
+        .arg(format!("{protos}/perfetto_trace.proto"))
+        .status()
+        .expect("protoc (apt protobuf-compiler) is required");
+    assert!(st.success());
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let out = std::process::Command::new(python)
+        .arg(format!("{protos}/decode.py"))
+        .arg(&gen_dir)
+        .arg(trace)
+        .output()
+        .expect("python3 with protobuf (apt python3-protobuf) is required");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["problems"],
+        serde_json::json!([]),
+        "decoder found problems"
+    );
+    v
+}
+
+fn export(data: &Path, format: &str, out: &Path, extra: &[&str]) {
+    let o = std::process::Command::new(common::fntrace_bin())
+        .arg("export")
+        .arg(data)
+        .args(["--format", format, "-o"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Within 10 % of the measured sleep, and at least 500 ms.
+fn close_to(what: &str, got: u64, slept: u64) {
+    assert!(
+        got >= 500_000_000 && got.abs_diff(slept) * 10 <= slept,
+        "{what}: {got} ns off CPU, the thread measured {slept} ns asleep"
+    );
+}
+
+#[test]
+fn exports_show_off_cpu_slices_and_off_cpu_flame_graphs() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let (data, slept) = record(dir.path(), &exe, "s.data", &["--sched"]);
+
+    // Chrome: complete events of category sched on each thread's off-CPU
+    // track; the blocked ones of a sleeper add up to its sleep (its
+    // other blocked moments are microseconds).
+    let json = dir.path().join("s.json");
+    export(&data, "chrome", &json, &[]);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let evs = v["traceEvents"].as_array().unwrap();
+    for (&tid, &s) in &slept {
+        let otid = (1u64 << 32) | u64::from(tid);
+        let blocked: f64 = evs
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == "sched" && e["tid"] == otid)
+            .filter(|e| e["name"] == "off CPU (blocked)")
+            .map(|e| e["dur"].as_f64().unwrap())
+            .sum();
+        close_to(&format!("chrome [{tid}]"), (blocked * 1000.0) as u64, s);
+        assert!(
+            evs.iter().any(|e| e["ph"] == "M" && e["tid"] == otid),
+            "the off-CPU track of {tid} has a name"
+        );
+    }
+
+    // Perfetto, decoded with the upstream protos: an "off CPU" child
+    // track per thread, its slices adding up the same way.
+    let pf = dir.path().join("s.pftrace");
+    export(&data, "perfetto", &pf, &[]);
+    let d = decode_perfetto(dir.path(), &pf);
+    for (&tid, &s) in &slept {
+        let blocked: u64 = d["slices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["tid"] == tid && x["track"] == "off CPU" && x["name"] == "blocked")
+            .map(|x| x["dur"].as_u64().unwrap())
+            .sum();
+        close_to(&format!("perfetto [{tid}]"), blocked, s);
+    }
+    // The calls are still on the thread tracks, unchanged.
+    assert!(
+        d["slices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["name"] == "nap" && x.get("track").is_none())
+    );
+
+    // Off-CPU flame graph: sleeper;nap carries the three sleeps; on-CPU
+    // it carries almost nothing.
+    let total: u64 = slept.values().sum();
+    let folded = |weight: &str| -> HashMap<String, u64> {
+        let f = dir.path().join(format!("{weight}.folded"));
+        export(&data, "folded", &f, &["--weight", weight]);
+        std::fs::read_to_string(&f)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (k, v) = l.rsplit_once(' ').unwrap();
+                (k.to_string(), v.parse().unwrap())
+            })
+            .collect()
+    };
+    let off = folded("off-cpu");
+    let on = folded("on-cpu");
+    let wall = folded("wall");
+    let nap = "sleeper;nap";
+    assert!(
+        off[nap].abs_diff(total) * 10 <= total,
+        "off-CPU {off:?}, slept {total}"
+    );
+    assert!(
+        on.get(nap).copied().unwrap_or(0) * 10 <= total,
+        "on-CPU {on:?}"
+    );
+    // On and off CPU make up the wall-clock self time of every stack.
+    for (k, w) in &wall {
+        let sum = on.get(k).copied().unwrap_or(0) + off.get(k).copied().unwrap_or(0);
+        assert!(
+            sum.abs_diff(*w) <= 2 + w / 1000,
+            "{k}: wall {w}, on + off {sum}"
+        );
+    }
+    let svg = dir.path().join("off.svg");
+    export(&data, "flamegraph", &svg, &["--weight", "off-cpu"]);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("nap") && svg.contains("(off CPU)"));
+
+    // A trace without --sched refuses an on/off-CPU graph in one line.
+    let (plain, _) = record(dir.path(), &exe, "p.data", &[]);
+    let o = std::process::Command::new(common::fntrace_bin())
+        .arg("export")
+        .arg(&plain)
+        .args(["--format", "flamegraph", "--weight", "off-cpu", "-o"])
+        .arg(dir.path().join("x.svg"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--sched") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+}
+
+#[test]
+fn a_refused_perf_event_open_is_one_warning_and_the_recording_goes_on() {
+    // perf_event_open refused (a shim preloaded after the runtime answers
+    // EACCES, as kernel.perf_event_paranoid 3 would): one line naming
+    // --sched, the cause and the remedy; the program and its trace are
+    // complete, only without off-CPU time.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let shim = dir.path().join("deny_perf.so");
+    common::tool(
+        "gcc",
+        &[
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            shim.to_str().unwrap(),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/libcalls/deny_perf.c"),
+            "-ldl",
+        ],
+    );
+    let data = dir.path().join("d.data");
+    let out = common::record_cmd(&data, &["--sched"], &exe, &[])
+        .env("LD_PRELOAD", &shim)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warn: Vec<&str> = err.lines().filter(|l| l.contains("--sched")).collect();
+    assert_eq!(warn.len(), 1, "{err}");
+    assert!(
+        warn[0].contains("Permission denied")
+            && warn[0].contains("perf_event_paranoid")
+            && warn[0].contains("CAP_PERFMON")
+            && warn[0].contains("without off-CPU time"),
+        "{}",
+        warn[0]
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+    let t = Trace::open(&data).unwrap();
+    assert!(t.metadata().offcpu.is_empty());
+    let rows = report_rows(&t, true, SortKey::Total);
+    assert_eq!(rows_of(&rows, "nap").len(), 3);
+    assert!(rows.iter().all(|r| r.wait_ns.is_none()));
+}
+
+#[test]
+fn sched_and_the_flight_recorder_ring_are_refused_together() {
+    let out = std::process::Command::new(common::fntrace_bin())
+        .args(["record", "--sched", "--ring", "64M", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--sched") && err.contains("--ring"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
