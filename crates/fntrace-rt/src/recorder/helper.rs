@@ -122,8 +122,7 @@ fn write_snapshot(s: &Session) {
     else {
         return;
     };
-    let r = std::fs::File::create(&out)
-        .and_then(|f| fntrace_format::snapshot::snapshot(&src, &mut std::io::BufWriter::new(f)));
+    let r = std::fs::File::create(&out).and_then(|f| fntrace_format::snapshot::snapshot(&src, &f));
     match r {
         Ok(st) => crate::diag::diag!(
             "fntrace: snapshot written to {} ({} chunks)",
