@@ -45,7 +45,7 @@ pub fn snapshot(src: &File, dst: &File) -> io::Result<SnapshotStats> {
     drop(w);
     let mut st = st;
     // Open chunks whose successor was copied too lost their end.
-    let (next, open): (HashSet<(u32, u32)>, Vec<(u64, u32, u32)>) = cut;
+    let (next, open): Copied = cut;
     for (off, tid, seq) in open {
         if next.contains(&(tid, seq.wrapping_add(1))) {
             dst.write_all_at(&[0u8; CHUNK_HEADER_SIZE], off)?;
