@@ -154,15 +154,6 @@ pub(crate) fn spawn(s: &'static Session) {
 }
 
 fn run(s: &'static Session) {
-    // Signals meant for the program (a `sigwait` loop, a handler that
-    // expects one of its own threads, the snapshot signal) never land on
-    // this thread.
-    // SAFETY: a filled signal set, applied to this thread only.
-    unsafe {
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigfillset(&mut set);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut());
-    }
     let mut idle = 0u32;
     loop {
         let before = s.next_chunk.load(Ordering::Acquire);
