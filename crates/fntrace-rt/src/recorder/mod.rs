@@ -49,7 +49,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use fntrace_format::event::MAX_COMPACT_LEN;
 
 pub use file::flush;
-pub(crate) use file::{finish, forget_after_fork, note_modules, start, start_after_fork};
+pub(crate) use file::{
+    finish, forget_after_fork, note_modules, start, start_after_fork, start_helper,
+};
 
 /// Marks the active session as recorded by attaching to a running
 /// process (controller pid `controller`), now. Returns whether a session

@@ -114,6 +114,7 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     if order == Order::FileFirst {
         switch_on(cfg);
     }
+    recorder::start_helper();
     Ok(path)
 }
 
@@ -147,7 +148,9 @@ pub fn start_file(opts: &Options) -> io::Result<PathBuf> {
     // Looking at the environment later must not start a second session.
     ENV_INIT.call_once(recorder::no_session);
     install_process_hooks();
-    recorder::start(opts)
+    let r = recorder::start(opts);
+    recorder::start_helper();
+    r
 }
 
 /// The record-time policy of `cfg`.
@@ -250,8 +253,12 @@ extern "C" fn after_fork_child() {
     name.push(format!(".{}", std::process::id()));
     o.path = name.into();
     o.exclusive = true;
-    if let Some(Err(e)) = recorder::start_after_fork(&o) {
-        crate::diag::diag!("fntrace: child {}: cannot record: {e}", std::process::id());
+    match recorder::start_after_fork(&o) {
+        Some(Err(e)) => {
+            crate::diag::diag!("fntrace: child {}: cannot record: {e}", std::process::id())
+        }
+        Some(Ok(_)) => recorder::start_helper(),
+        None => {}
     }
     #[cfg(feature = "compiler-hooks")]
     if crate::control::socket::forget() {
