@@ -6,7 +6,7 @@
 //! a chunk being overwritten for a valid one.
 
 use std::fs::File;
-use std::io::{BufWriter, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -62,13 +62,11 @@ pub fn run(pid: u32, output: Option<&Path>) -> Result<ExitCode> {
         File::open(&trace).map_err(Error::io_at(format!("{}: cannot read", trace.display())))?;
     let dst =
         File::create(&out).map_err(Error::io_at(format!("{}: cannot write", out.display())))?;
-    let st = fntrace_format::snapshot::snapshot(&src, &mut BufWriter::new(dst)).map_err(
-        Error::io_at(format!(
-            "snapshot of {} into {}",
-            trace.display(),
-            out.display()
-        )),
-    )?;
+    let st = fntrace_format::snapshot::snapshot(&src, &dst).map_err(Error::io_at(format!(
+        "snapshot of {} into {}",
+        trace.display(),
+        out.display()
+    )))?;
     eprintln!(
         "fntrace: snapshot of process {pid}'s trace {} written to {} ({} chunks, {} bytes{})",
         trace.display(),

@@ -10,6 +10,7 @@
 //! copy's final block and live counters are cleared: it reads as an
 //! unfinished trace whose window ends at the moment of the copy.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -34,10 +35,33 @@ pub struct SnapshotStats {
 /// How often a chunk that changed while it was copied is read again.
 const RETRIES: usize = 4;
 
-/// Copies the trace being written in `src` to `dst` (see the module
-/// documentation). Fails on read or write errors or when `src` is not a
-/// trace (bad magic or header checksum).
-pub fn snapshot(src: &File, dst: &mut dyn Write) -> io::Result<SnapshotStats> {
+/// Copies the trace being written in `src` to `dst`, a new file (see the
+/// module documentation). Fails on read or write errors or when `src` is
+/// not a trace (bad magic or header checksum).
+pub fn snapshot(src: &File, dst: &File) -> io::Result<SnapshotStats> {
+    let mut w = io::BufWriter::with_capacity(1 << 20, dst);
+    let (st, cut) = copy(src, &mut w)?;
+    w.flush()?;
+    drop(w);
+    let mut st = st;
+    // Open chunks whose successor was copied too lost their end.
+    let (next, open): Copied = cut;
+    for (off, tid, seq) in open {
+        if next.contains(&(tid, seq.wrapping_add(1))) {
+            dst.write_all_at(&[0u8; CHUNK_HEADER_SIZE], off)?;
+            st.chunks -= 1;
+            st.skipped += 1;
+        }
+    }
+    dst.sync_data()?;
+    Ok(st)
+}
+
+/// Chunks copied (thread, sequence) and the open ones (offset, thread,
+/// sequence).
+type Copied = (HashSet<(u32, u32)>, Vec<(u64, u32, u32)>);
+
+fn copy(src: &File, dst: &mut dyn Write) -> io::Result<(SnapshotStats, Copied)> {
     let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
     let len = src.metadata()?.len();
     let mut head = vec![0u8; 4096];
@@ -61,6 +85,8 @@ pub fn snapshot(src: &File, dst: &mut dyn Write) -> io::Result<SnapshotStats> {
         bytes: hsize as u64,
         ..SnapshotStats::default()
     };
+    let mut seen = HashSet::new();
+    let mut open = vec![];
     let mut buf = vec![0u8; chunk];
     let mut again = [0u8; CHUNK_HEADER_SIZE];
     let mut off = hsize as u64;
@@ -79,10 +105,13 @@ pub fn snapshot(src: &File, dst: &mut dyn Write) -> io::Result<SnapshotStats> {
             buf.fill(0);
             st.skipped += 1;
         } else if magic == CHUNK_MAGIC {
-            let flags = u32::from_le_bytes(buf[36..40].try_into().expect("4 bytes"));
+            let word = |o: usize| u32::from_le_bytes(buf[o..o + 4].try_into().expect("4 bytes"));
+            let (tid, seq, flags) = (word(4), word(8), word(36));
             if flags & CHUNK_FLAG_SEALED == 0 {
                 cut_torn(&mut buf[CHUNK_HEADER_SIZE..]);
+                open.push((off, tid, seq));
             }
+            seen.insert((tid, seq));
             st.chunks += 1;
         }
         dst.write_all(&buf)?;
@@ -90,7 +119,7 @@ pub fn snapshot(src: &File, dst: &mut dyn Write) -> io::Result<SnapshotStats> {
         off += chunk as u64;
     }
     dst.flush()?;
-    Ok(st)
+    Ok((st, (seen, open)))
 }
 
 /// Zeroes an open chunk's payload from its first record that does not

@@ -56,6 +56,8 @@ pub(crate) struct Session {
     pub(crate) owner: Box<[AtomicU8]>,
     /// The helper thread's bookkeeping.
     pub(crate) life: Mutex<Life>,
+    /// The helper thread was started (see [`start_helper`]).
+    pub(crate) helper_started: AtomicBool,
 }
 
 // SAFETY: the raw pointers in `Session` point into a mapping that lives as
@@ -77,6 +79,23 @@ pub(crate) fn start(opts: &Options) -> io::Result<PathBuf> {
     start_locked(opts)
 }
 
+/// Starts the helper thread of the active session, once. `session` calls
+/// it after the code is patched: a thread of our own running while sites
+/// are patched would keep one-byte NOP runs from being rewritten.
+pub(crate) fn start_helper() {
+    let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    let p = CURRENT.load(Ordering::Acquire);
+    let sid = SESSION.load(Ordering::Acquire);
+    if p.is_null() || sid == 0 || sid == UNINIT {
+        return;
+    }
+    // SAFETY: sessions are leaked.
+    let s: &'static Session = unsafe { &*p };
+    if !s.helper_started.swap(true, Ordering::AcqRel) {
+        helper::spawn(s);
+    }
+}
+
 /// Creates, describes and publishes a session; the caller holds
 /// `LIFECYCLE`.
 pub(crate) fn start_locked(opts: &Options) -> io::Result<PathBuf> {
@@ -90,7 +109,6 @@ pub(crate) fn start_locked(opts: &Options) -> io::Result<PathBuf> {
     let s: &'static Session = Box::leak(Box::new(create_session(opts)?));
     super::pending::set_threshold(opts.time_filter_ns, s.header.tsc_hz);
     write_process_metadata(s);
-    helper::spawn(s);
     CURRENT.store(s as *const Session as *mut Session, Ordering::Release);
     SESSION.store(s.id, Ordering::Release);
     Ok(s.path.clone())
@@ -235,6 +253,7 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
         ring_chunks,
         owner: (0..ring_chunks).map(|_| AtomicU8::new(0)).collect(),
         life: Mutex::new(Life::default()),
+        helper_started: AtomicBool::new(false),
     };
     if !grow(&s, HEADER_SIZE as usize, true) {
         let e = io::Error::last_os_error();

@@ -44,6 +44,8 @@ use crate::clock;
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 /// Chunks pre-faulted ahead at first (the buffer is reached by doubling).
 const RAMP_CHUNKS: u64 = 8;
+/// Ring slots the sweep looks at per pass.
+const SWEEP_PER_PASS: u64 = 16;
 /// Chunks looked at in one pass at most.
 const MAX_PER_PASS: u64 = 64;
 /// Chunks retired this many chunks ago are dropped from the page cache.
@@ -75,6 +77,12 @@ pub(crate) struct Life {
     pub(crate) written: VecDeque<u64>,
     /// The helper thread has stopped (or never ran).
     pub(crate) stopped: bool,
+    /// Ring: per slot, the chunk counter when its chunk was dropped
+    /// (`u64::MAX`: not dropped), so that the sweep skips slots not reused
+    /// since without touching them.
+    pub(crate) dropped_at: Vec<u64>,
+    /// Ring: where the sweep over all slots continues.
+    pub(crate) sweep: u64,
 }
 
 /// A snapshot was asked for (by the snapshot signal).
@@ -114,8 +122,7 @@ fn write_snapshot(s: &Session) {
     else {
         return;
     };
-    let r = std::fs::File::create(&out)
-        .and_then(|f| fntrace_format::snapshot::snapshot(&src, &mut std::io::BufWriter::new(f)));
+    let r = std::fs::File::create(&out).and_then(|f| fntrace_format::snapshot::snapshot(&src, &f));
     match r {
         Ok(st) => crate::diag::diag!(
             "fntrace: snapshot written to {} ({} chunks)",
@@ -280,10 +287,29 @@ pub(crate) fn retire(s: &Session, l: &mut Life, next: u64, last: bool) -> u64 {
     let hi = if last { hi } else { hi.min(lo + MAX_PER_PASS) };
     let mut todo = std::mem::take(&mut l.pending);
     todo.extend((lo..hi).map(|g| slot_of(s, g)));
+    if s.ring_chunks > 0 && !last {
+        // A helper that fell more than a ring behind (starved of CPU) left
+        // chunks it never looked at: a sweep over every slot catches them.
+        if l.dropped_at.len() != s.ring_chunks as usize {
+            l.dropped_at = vec![u64::MAX; s.ring_chunks as usize];
+        }
+        for k in 0..SWEEP_PER_PASS.min(s.ring_chunks) {
+            let slot = (l.sweep + k) % s.ring_chunks;
+            let at = l.dropped_at[slot as usize];
+            // The first claim that can have reused the slot since.
+            let reuse =
+                at.saturating_add((slot + s.ring_chunks - at % s.ring_chunks) % s.ring_chunks);
+            let end = s.header.header_size as usize + (slot as usize + 1) * s.chunk_size;
+            if (at == u64::MAX || next > reuse) && end <= s.mapped.load(Ordering::Acquire) {
+                todo.push(slot);
+            }
+        }
+        l.sweep = (l.sweep + SWEEP_PER_PASS) % s.ring_chunks;
+    }
     todo.sort_unstable();
     todo.dedup();
     for slot in todo {
-        match retire_one(s, l, slot, last) {
+        match retire_one(s, l, slot, last, next) {
             Some(n) => open_events += n,
             None => l.pending.push(slot),
         }
@@ -294,8 +320,13 @@ pub(crate) fn retire(s: &Session, l: &mut Life, next: u64, last: bool) -> u64 {
 
 /// Retires the chunk in `slot` if it is sealed (`Some(0)`); `None` while
 /// it is still open (at `last`: `Some(events so far)`).
-fn retire_one(s: &Session, l: &mut Life, slot: u64, last: bool) -> Option<u64> {
+fn retire_one(s: &Session, l: &mut Life, slot: u64, last: bool, next: u64) -> Option<u64> {
     let c = chunk_ptr(s, slot);
+    let end = s.header.header_size as usize + (slot as usize + 1) * s.chunk_size;
+    if end > s.mapped.load(Ordering::Acquire) {
+        // Claimed, and its claimer is still growing the file to it.
+        return if last { Some(0) } else { None };
+    }
     let owner = (s.ring_chunks > 0).then(|| &s.owner[slot as usize]);
     if let Some(o) = owner {
         match o.compare_exchange(
@@ -352,7 +383,18 @@ fn retire_one(s: &Session, l: &mut Life, slot: u64, last: bool) -> Option<u64> {
         l.events += u64::from(n);
     }
     if !last {
-        drop_chunk(s, l, c, slot);
+        let again = l.dropped_at.get(slot as usize).is_some_and(|&at| {
+            at != u64::MAX
+                && next
+                    <= at
+                        .saturating_add((slot + s.ring_chunks - at % s.ring_chunks) % s.ring_chunks)
+        });
+        if !again {
+            drop_chunk(s, l, c, slot);
+            if let Some(at) = l.dropped_at.get_mut(slot as usize) {
+                *at = next;
+            }
+        }
     }
     release();
     Some(0)

@@ -124,6 +124,7 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     if cfg.duration_ns > 0 {
         stop::after(cfg.duration_ns);
     }
+    recorder::start_helper();
     Ok(path)
 }
 
@@ -209,7 +210,9 @@ pub fn start_file(opts: &Options) -> io::Result<PathBuf> {
     // Looking at the environment later must not start a second session.
     ENV_INIT.call_once(recorder::no_session);
     install_process_hooks();
-    recorder::start(opts)
+    let r = recorder::start(opts);
+    recorder::start_helper();
+    r
 }
 
 /// The record-time policy of `cfg`.
@@ -342,8 +345,12 @@ extern "C" fn after_fork_child() {
     o.path = name.into();
     o.exclusive = true;
     crate::sched::forget_after_fork();
-    if let Some(Err(e)) = recorder::start_after_fork(&o) {
-        crate::diag::diag!("fntrace: child {}: cannot record: {e}", std::process::id());
+    match recorder::start_after_fork(&o) {
+        Some(Err(e)) => {
+            crate::diag::diag!("fntrace: child {}: cannot record: {e}", std::process::id())
+        }
+        Some(Ok(_)) => recorder::start_helper(),
+        None => {}
     }
     start_sched();
     #[cfg(feature = "compiler-hooks")]
