@@ -343,7 +343,18 @@ fn check_threads(path: &Path) -> usize {
     busy
 }
 
-fn spawn_threads(d: &Path, opts: &[&str]) -> (std::process::Child, i32) {
+/// Kills the endless program (`fntrace record`'s child) when a test ends,
+/// passed or failed: a failing assertion must not leave it running.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: signalling our grandchild (a dead one is ignored).
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+fn spawn_threads(d: &Path, opts: &[&str]) -> (std::process::Child, i32, KillOnDrop) {
     let c = d.join("threads.c");
     std::fs::write(&c, THREADS).unwrap();
     let bin = d.join("threads");
@@ -367,10 +378,8 @@ fn spawn_threads(d: &Path, opts: &[&str]) -> (std::process::Child, i32) {
     assert_eq!(line.trim(), "ready");
     let pid = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
         .unwrap();
-    (
-        child,
-        pid.split_whitespace().next().unwrap().parse().unwrap(),
-    )
+    let pid: i32 = pid.split_whitespace().next().unwrap().parse().unwrap();
+    (child, pid, KillOnDrop(pid))
 }
 
 /// Waits until the trace at `path` has wrapped (all four threads busy).
@@ -389,7 +398,7 @@ fn wait_wrapped(path: &Path) {
 #[test]
 fn snapshots_while_four_threads_record() {
     let d = tempfile::tempdir().unwrap();
-    let (mut child, pid) = spawn_threads(d.path(), &["--ring", "4M"]);
+    let (mut child, pid, _guard) = spawn_threads(d.path(), &["--ring", "4M"]);
     wait_wrapped(&d.path().join("t.data"));
     for n in 0..3 {
         let snap = d.path().join(format!("snap{n}.data"));
@@ -415,7 +424,7 @@ fn snapshots_while_four_threads_record() {
 #[test]
 fn snapshot_signal_writes_a_snapshot_from_inside() {
     let d = tempfile::tempdir().unwrap();
-    let (mut child, pid) =
+    let (mut child, pid, _guard) =
         spawn_threads(d.path(), &["--ring", "2M", "--snapshot-signal", "SIGUSR2"]);
     let data = d.path().join("t.data");
     wait_wrapped(&data);
