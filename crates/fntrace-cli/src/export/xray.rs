@@ -54,32 +54,72 @@ pub fn write_xray(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
     out.write_all(&hdr)?;
     let pid = meta.process.as_ref().map(|p| p.pid as u32).unwrap_or(h.pid);
     let mut sum = XraySummary::default();
-    for tid in sel.threads(trace) {
-        // Ids of the open calls (None: not an XRay function, skipped).
-        let mut stack: Vec<Option<i32>> = vec![];
-        for ev in SelectedEvents::new(trace, tid, sel) {
+    // One record stream per thread, merged by TSC: `llvm-xray account`
+    // rejects a record older than the first one it read, so the log must be
+    // in time order across threads (one pending record per thread is held).
+    let mut streams: Vec<ThreadRecords<'_, '_>> = sel
+        .threads(trace)
+        .into_iter()
+        .map(|tid| ThreadRecords {
+            tid,
+            events: SelectedEvents::new(trace, tid, sel),
+            stack: vec![],
+        })
+        .collect();
+    let mut heads: Vec<Option<(u8, i32, u64)>> = streams
+        .iter_mut()
+        .map(|s| s.next_record(&ids, &mut sum))
+        .collect();
+    while let Some(i) = (0..heads.len())
+        .filter(|&i| heads[i].is_some())
+        .min_by_key(|&i| heads[i].map(|h| h.2))
+    {
+        let (kind, id, tsc) = heads[i].take().unwrap_or_default();
+        let mut r = [0u8; 32];
+        r[3] = kind;
+        r[4..8].copy_from_slice(&id.to_le_bytes());
+        r[8..16].copy_from_slice(&tsc.to_le_bytes());
+        r[16..20].copy_from_slice(&streams[i].tid.to_le_bytes());
+        r[20..24].copy_from_slice(&pid.to_le_bytes());
+        out.write_all(&r)?;
+        sum.records += 1;
+        heads[i] = streams[i].next_record(&ids, &mut sum);
+    }
+    Ok(sum)
+}
+
+/// The XRay records of one thread's selected calls, in order.
+struct ThreadRecords<'s, 't> {
+    tid: u32,
+    events: SelectedEvents<'s, 't>,
+    /// Ids of the open calls (None: not an XRay function, skipped).
+    stack: Vec<Option<i32>>,
+}
+
+impl ThreadRecords<'_, '_> {
+    /// The next record: (type 0 entry / 1 exit, function id, TSC).
+    fn next_record(
+        &mut self,
+        ids: &HashMap<u64, i32>,
+        sum: &mut XraySummary,
+    ) -> Option<(u8, i32, u64)> {
+        for ev in self.events.by_ref() {
             let (kind, id, tsc) = match ev {
                 crate::analysis::Event::Enter { func, tsc, .. } => {
                     let id = ids.get(&func).copied();
-                    stack.push(id);
+                    self.stack.push(id);
                     if id.is_none() {
                         sum.skipped += 1;
                     }
                     (0u8, id, tsc)
                 }
-                crate::analysis::Event::Exit { tsc, .. } => (1u8, stack.pop().flatten(), tsc),
+                crate::analysis::Event::Exit { tsc, .. } => (1u8, self.stack.pop().flatten(), tsc),
                 _ => continue,
             };
-            let Some(id) = id else { continue };
-            let mut r = [0u8; 32];
-            r[3] = kind;
-            r[4..8].copy_from_slice(&id.to_le_bytes());
-            r[8..16].copy_from_slice(&tsc.to_le_bytes());
-            r[16..20].copy_from_slice(&tid.to_le_bytes());
-            r[20..24].copy_from_slice(&pid.to_le_bytes());
-            out.write_all(&r)?;
-            sum.records += 1;
+            if let Some(id) = id {
+                return Some((kind, id, tsc));
+            }
         }
+        None
     }
-    Ok(sum)
 }
