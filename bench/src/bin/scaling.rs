@@ -46,30 +46,17 @@ fn calls(n: u32) -> u64 {
     2 * a - 1
 }
 
+#[path = "../cputime.rs"]
+mod cputime;
+use cputime::median;
+
 /// CPU seconds (user + system) the command used.
 fn cpu(bin: &Path, threads: usize, env: &[(&str, String)]) -> f64 {
     let mut c = Command::new(bin);
     c.arg(threads.to_string())
         .arg(K.to_string())
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(std::process::Stdio::null());
-    #[allow(clippy::zombie_processes)] // reaped by `wait4` below
-    let child = c.spawn().expect("run");
-    let mut status = 0;
-    // `wait4` below reaps the child (`Child::wait` cannot report its
-    // resource usage).
-    // SAFETY: an all-zero rusage is valid; wait4 fills it for our child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waiting for our own child with valid out-pointers.
-    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    assert!(r > 0 && status == 0, "the workload failed");
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    cputime::cpu_seconds(c)
 }
 
 fn main() {
