@@ -76,6 +76,13 @@ pub const ENV_LIBCALLS: &str = "FNTRACE_LIBCALLS";
 /// `1`: record when each thread is switched off and back onto a CPU
 /// (`fntrace record --sched`, `perf_event_open` context-switch records).
 pub const ENV_SCHED: &str = "FNTRACE_SCHED";
+/// Widest vector registers the trampolines save around the runtime's
+/// own code: `sse` (xmm), `avx` (ymm) or `avx512` (zmm); unset: the widest
+/// the CPU and the kernel enable. Lowering it only makes sense for
+/// testing the narrower save paths on a wider CPU (a program that passes
+/// or returns wider vectors through a recorded call then loses their
+/// upper halves); it never raises the width above what the CPU has.
+pub const ENV_VECTOR_WIDTH: &str = "FNTRACE_VECTOR_WIDTH";
 /// `1`: set by the runtime itself in the environment of an `exec` across
 /// which it ignored `SIGPROF` (see `session::exec`); read and removed by
 /// the new image's runtime at start-up. Not a setting.
@@ -196,6 +203,9 @@ pub struct Config {
     pub ring: u64,
     /// Signal that asks for a snapshot ([`ENV_SNAPSHOT_SIGNAL`]; 0: none).
     pub snapshot_signal: i32,
+    /// Widest vector registers saved ([`ENV_VECTOR_WIDTH`]): 0 SSE, 1 AVX,
+    /// 2 AVX-512 (the default: whatever the CPU has, up to that).
+    pub vector_width: u8,
 }
 
 impl Default for Config {
@@ -220,7 +230,21 @@ impl Default for Config {
             buffer: DEFAULT_BUFFER,
             ring: 0,
             snapshot_signal: 0,
+            vector_width: VECTOR_WIDTH_MAX,
         }
+    }
+}
+
+/// [`Config::vector_width`]'s default: no cap below the CPU's own width.
+pub const VECTOR_WIDTH_MAX: u8 = 2;
+
+/// The [`Config::vector_width`] an [`ENV_VECTOR_WIDTH`] value names.
+pub fn parse_vector_width(s: &str) -> Option<u8> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "sse" | "xmm" => Some(0),
+        "avx" | "ymm" => Some(1),
+        "avx512" | "zmm" => Some(2),
+        _ => None,
     }
 }
 
@@ -357,6 +381,16 @@ impl Config {
                 ),
             }
         }
+        if let Some(v) = text(ENV_VECTOR_WIDTH, &mut invalid).filter(|v| !v.trim().is_empty()) {
+            match parse_vector_width(&v) {
+                Some(w) => c.vector_width = w,
+                None => invalid(
+                    ENV_VECTOR_WIDTH,
+                    &v,
+                    "not a vector width (sse, avx or avx512)".into(),
+                ),
+            }
+        }
         for (var, slot) in [
             (ENV_EXCLUSIVE, &mut c.exclusive),
             (ENV_COUNT, &mut c.count),
@@ -449,6 +483,10 @@ impl Config {
         }
         if self.snapshot_signal != 0 {
             v.push((ENV_SNAPSHOT_SIGNAL, self.snapshot_signal.to_string().into()));
+        }
+        if self.vector_width != VECTOR_WIDTH_MAX {
+            let name = ["sse", "avx", "avx512"][usize::from(self.vector_width.min(2))];
+            v.push((ENV_VECTOR_WIDTH, name.into()));
         }
         for (var, on) in [
             (ENV_EXCLUSIVE, self.exclusive),
@@ -662,6 +700,17 @@ mod tests {
     }
 
     #[test]
+    fn vector_widths_parse_and_bad_ones_name_the_variable() {
+        assert_eq!(parse_vector_width("SSE"), Some(0));
+        assert_eq!(parse_vector_width("avx"), Some(1));
+        assert_eq!(parse_vector_width(" avx512 "), Some(2));
+        assert_eq!(parse_vector_width("avx2"), None);
+        let e = Config::from_vars(|k| (k == ENV_VECTOR_WIDTH).then(|| "mmx".into())).unwrap_err();
+        assert_eq!(e.invalid[0].var, ENV_VECTOR_WIDTH);
+        assert_eq!(e.usable.vector_width, VECTOR_WIDTH_MAX);
+    }
+
+    #[test]
     fn every_setting_round_trips_through_the_environment() {
         let c = Config {
             output: Some("/tmp/x.data".into()),
@@ -686,6 +735,7 @@ mod tests {
             buffer: 3 << 20,
             ring: 64 << 20,
             snapshot_signal: 12,
+            vector_width: 1,
         };
         let env: HashMap<String, OsString> = c
             .to_env()

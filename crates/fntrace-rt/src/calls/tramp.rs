@@ -303,8 +303,9 @@ pub unsafe extern "C" fn fntrace_exit_trampoline() {
 pub(crate) static VEC_MODE: AtomicU8 = AtomicU8::new(0);
 
 /// Sets [`VEC_MODE`] from CPUID and XGETBV (whether the OS enabled the
-/// state).
-pub fn detect_vector_width() {
+/// state), at most `cap` (`config::ENV_VECTOR_WIDTH`: 0 SSE, 1 AVX, 2
+/// AVX-512).
+pub fn detect_vector_width(cap: u8) {
     use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
     let l1 = __cpuid(1);
     let osxsave = l1.ecx & (1 << 27) != 0;
@@ -321,7 +322,7 @@ pub fn detect_vector_width() {
             }
         }
     }
-    VEC_MODE.store(mode, Ordering::Relaxed);
+    VEC_MODE.store(mode.min(cap), Ordering::Relaxed);
 }
 
 /// A fast path's chunk switch that also keeps vector registers 0–7 at

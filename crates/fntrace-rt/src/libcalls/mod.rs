@@ -145,7 +145,6 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 /// number of slots hooked; an invalid pattern is an error.
 pub fn start(pattern: &str) -> Result<usize, String> {
     let re = regex_lite::Regex::new(pattern).map_err(|e| format!("--libcalls {pattern:?}: {e}"))?;
-    crate::calls::tramp::detect_vector_width();
     let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
     let st = g.get_or_insert_with(State::default);
     st.pattern = Some(re);

@@ -89,7 +89,7 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     }
     apply_policy(cfg);
     #[cfg(feature = "compiler-hooks")]
-    crate::calls::tramp::detect_vector_width();
+    crate::calls::tramp::detect_vector_width(cfg.vector_width);
     markers::record::start_recording(&cfg.markers);
     let opts = Options {
         path,
