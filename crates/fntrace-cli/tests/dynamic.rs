@@ -398,16 +398,9 @@ fn live_changes_a_running_process_and_refuses_other_users() {
     live_session(d.path(), &bin, "-F", true);
     // The same with XRay sleds (`-P` selects what is patched there).
     let x = d.path().join("live-xray");
-    run(
+    common::xray_cc(
         "clang-14",
-        &[
-            "-O2",
-            "-fxray-instrument",
-            "-fxray-instruction-threshold=1",
-            "-o",
-            x.to_str().unwrap(),
-            &format!("{SRC}/live.c"),
-        ],
+        &["-o", x.to_str().unwrap(), &format!("{SRC}/live.c")],
     );
     live_session(d.path(), &x, "-P", false);
 }

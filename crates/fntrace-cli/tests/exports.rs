@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{fntrace_bin as fntrace, preload};
+use common::{decode_perfetto, fntrace_bin as fntrace, gprof_called, preload};
 
 fn gcc(dir: &Path, src: &str, name: &str, flags: &[&str]) -> PathBuf {
     let out = dir.join(name);
@@ -442,50 +442,6 @@ fn deep_recursion_exports_and_graph_stay_small() {
     );
 }
 
-/// The upstream Perfetto protos and our decoder of them.
-const PERFETTO_PROTOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_protos");
-
-/// Decodes a Perfetto trace with the upstream `perfetto_trace.proto`
-/// (compiled by `protoc` into Python classes, read by
-/// `perfetto_protos/decode.py`): the process, threads, slices and instants
-/// it holds, as JSON. `protoc` and Python's protobuf package are required
-/// (`scripts/test` installs them).
-fn decode_perfetto(dir: &Path, trace: &Path) -> serde_json::Value {
-    let gen_dir = dir.join("perfetto_pb2");
-    std::fs::create_dir_all(&gen_dir).unwrap();
-    let st = Command::new("protoc")
-        .arg(format!("--python_out={}", gen_dir.display()))
-        .arg(format!("-I{PERFETTO_PROTOS}"))
-        .arg(format!("{PERFETTO_PROTOS}/perfetto_trace.proto"))
-        .status()
-        .expect("protoc (apt protobuf-compiler) is required");
-    assert!(st.success(), "protoc failed on the upstream protos");
-    // Debian's python3-protobuf is installed for the system interpreter.
-    let python = if Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    };
-    let out = Command::new(python)
-        .arg(format!("{PERFETTO_PROTOS}/decode.py"))
-        .arg(&gen_dir)
-        .arg(trace)
-        .output()
-        .expect("python3 with protobuf (apt python3-protobuf) is required");
-    assert!(
-        out.status.success(),
-        "decoding with the upstream protos failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        v["problems"],
-        serde_json::json!([]),
-        "decoder found problems"
-    );
-    v
-}
-
 /// A slice as `fntrace replay` prints it: name, depth, duration in ns and
 /// the resolution of the printed duration.
 #[derive(Debug)]
@@ -894,30 +850,6 @@ fn replay_parents(slices: &[ReplaySlice]) -> Vec<(Option<usize>, bool)> {
         stack.push(i);
     }
     out
-}
-
-/// The "called" field gprof prints for `func` in its call graph (none
-/// when gprof has no entry for it).
-fn gprof_called(bin: &Path, gmon: &Path, func: &str) -> Option<String> {
-    let out = Command::new("gprof")
-        .args(["-b", "-q"])
-        .arg(bin)
-        .arg(gmon)
-        .output()
-        .expect("gprof (binutils) is required");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with('[') && l.contains(&format!(" {func} [")))?;
-    // "[1]  0.0  0.00  0.00  1+21890  fib [1]": the field before the name.
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    let i = fields.iter().position(|f| *f == func).unwrap();
-    Some(fields[i - 1].to_string())
 }
 
 /// The slices of an llvm-xray log as `llvm-xray convert` reads them

@@ -14,6 +14,11 @@ use fntrace_cli::report::{SortKey, report_rows};
 use fntrace_format::Trace;
 
 mod common;
+
+/// The "called" field gprof prints for `func` (which must have an entry).
+fn gprof_called(bin: &Path, gmon: &Path, func: &str) -> String {
+    common::gprof_called(bin, gmon, func).unwrap_or_else(|| panic!("gprof has no entry for {func}"))
+}
 use common::{fntrace_bin, preload, tool as compile};
 
 const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hooks");
@@ -460,30 +465,6 @@ fn uninstrumented_program_gets_build_advice() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has no instrumentation"), "{err}");
     assert!(err.contains("-finstrument-functions"), "{err}");
-}
-
-/// The "called" field gprof prints for `func` in its call graph.
-fn gprof_called(bin: &Path, gmon: &Path, func: &str) -> String {
-    let out = Command::new("gprof")
-        .args(["-b", "-q"])
-        .arg(bin)
-        .arg(gmon)
-        .output()
-        .expect("gprof (binutils) is required");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with('[') && l.contains(&format!(" {func} [")))
-        .unwrap_or_else(|| panic!("no {func} entry in:\n{text}"));
-    // "[1]  0.0  0.00  0.00  1+21890  fib [1]": the field before the name.
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    let i = fields.iter().position(|f| *f == func).unwrap();
-    fields[i - 1].to_string()
 }
 
 #[test]

@@ -15,6 +15,7 @@ use fntrace_cli::report::{Row, SortKey, report_rows};
 use fntrace_format::Trace;
 
 mod common;
+use common::decode_perfetto;
 
 fn build(dir: &Path) -> PathBuf {
     let exe = dir.join("sleeper");
@@ -162,44 +163,6 @@ fn without_sched_there_is_no_wait_column() {
         // Without off-CPU data the sleep is (wrongly, but as recorded) self time.
         assert!(r.self_ns >= slept[&r.tid.unwrap()] / 2);
     }
-}
-
-/// Decodes a Perfetto trace with the upstream protos (as `exports.rs`
-/// does; `protoc` and Python's protobuf are required).
-fn decode_perfetto(dir: &Path, trace: &Path) -> serde_json::Value {
-    let protos = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_protos");
-    let gen_dir = dir.join("perfetto_pb2");
-    std::fs::create_dir_all(&gen_dir).unwrap();
-    let st = std::process::Command::new("protoc")
-        .arg(format!("--python_out={}", gen_dir.display()))
-        .arg(format!("-I{protos}"))
-        .arg(format!("{protos}/perfetto_trace.proto"))
-        .status()
-        .expect("protoc (apt protobuf-compiler) is required");
-    assert!(st.success());
-    let python = if Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    };
-    let out = std::process::Command::new(python)
-        .arg(format!("{protos}/decode.py"))
-        .arg(&gen_dir)
-        .arg(trace)
-        .output()
-        .expect("python3 with protobuf (apt python3-protobuf) is required");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        v["problems"],
-        serde_json::json!([]),
-        "decoder found problems"
-    );
-    v
 }
 
 fn export(data: &Path, format: &str, out: &Path, extra: &[&str]) {

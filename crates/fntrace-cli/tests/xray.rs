@@ -40,13 +40,10 @@ fn calls_of(data: &Path, name: &str) -> u64 {
 fn clang_and_rustc_xray_builds_record_and_llvm_xray_reads_the_export() {
     let d = tempfile::tempdir().unwrap();
     let c = d.path().join("fib-xray");
-    run(
+    common::xray_cc(
         "clang-14",
         &[
-            "-O2",
             "-fno-optimize-sibling-calls",
-            "-fxray-instrument",
-            "-fxray-instruction-threshold=1",
             "-o",
             c.to_str().unwrap(),
             FIB_C,
@@ -125,13 +122,10 @@ fn clang_and_rustc_xray_builds_record_and_llvm_xray_reads_the_export() {
 fn unwound_frames_are_closed() {
     let d = tempfile::tempdir().unwrap();
     let bin = d.path().join("unwind-xray");
-    run(
+    common::xray_cc(
         "clang++-14",
         &[
-            "-O2",
             "-fno-optimize-sibling-calls",
-            "-fxray-instrument",
-            "-fxray-instruction-threshold=1",
             "-o",
             bin.to_str().unwrap(),
             common::UNWIND_CC,
@@ -153,12 +147,9 @@ fn compiler_rt_api_program_behaves_the_same_on_fntrace() {
     let ours = d.path().join("capi-fntrace");
     let rpath = format!("-Wl,-rpath,{libdir}");
     let ldir = format!("-L{libdir}");
-    run(
+    common::xray_cc(
         "clang++-14",
         &[
-            "-O2",
-            "-fxray-instrument",
-            "-fxray-instruction-threshold=1",
             "-fnoxray-link-deps",
             "-o",
             ours.to_str().unwrap(),
@@ -169,17 +160,7 @@ fn compiler_rt_api_program_behaves_the_same_on_fntrace() {
         ],
     );
     let theirs = d.path().join("capi-crt");
-    run(
-        "clang++-14",
-        &[
-            "-O2",
-            "-fxray-instrument",
-            "-fxray-instruction-threshold=1",
-            "-o",
-            theirs.to_str().unwrap(),
-            &src,
-        ],
-    );
+    common::xray_cc("clang++-14", &["-o", theirs.to_str().unwrap(), &src]);
     let a = run(ours.to_str().unwrap(), &[]);
     let out = Command::new(&theirs)
         .env("XRAY_OPTIONS", "patch_premain=false verbosity=0")
@@ -205,12 +186,9 @@ fn patching_10000_times_while_four_threads_run() {
     let rpath = format!("-Wl,-rpath,{libdir}");
     let ldir = format!("-L{libdir}");
     let src = format!("{SRC}/stress.c");
-    run(
+    common::xray_cc(
         "clang-14",
         &[
-            "-O2",
-            "-fxray-instrument",
-            "-fxray-instruction-threshold=1",
             "-fnoxray-link-deps",
             "-o",
             bin.to_str().unwrap(),
@@ -286,13 +264,10 @@ fn xray_shared_object_loaded_unloaded_and_reloaded() {
 fn xray_patch_selection_and_record_filters() {
     let d = tempfile::tempdir().unwrap();
     let c = d.path().join("fib-xray");
-    run(
+    common::xray_cc(
         "clang-14",
         &[
-            "-O2",
             "-fno-optimize-sibling-calls",
-            "-fxray-instrument",
-            "-fxray-instruction-threshold=1",
             "-o",
             c.to_str().unwrap(),
             FIB_C,

@@ -241,3 +241,80 @@ pub fn check_unwind_tree(what: &str, data: &std::path::Path) {
     t.expect(what, "worker", Some("start"), w);
     assert_eq!(t.incomplete, 0, "{what}: calls without an exit");
 }
+
+/// The upstream Perfetto protos and our decoder of them.
+pub const PERFETTO_PROTOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/perfetto_protos");
+
+/// Decodes a Perfetto trace with the upstream `perfetto_trace.proto`
+/// (compiled by `protoc` into Python classes, read by
+/// `perfetto_protos/decode.py`): the process, threads, slices and instants
+/// it holds, as JSON. `protoc` and Python's protobuf package are required
+/// (`scripts/test` installs them).
+pub fn decode_perfetto(dir: &std::path::Path, trace: &std::path::Path) -> serde_json::Value {
+    let gen_dir = dir.join("perfetto_pb2");
+    std::fs::create_dir_all(&gen_dir).unwrap();
+    let st = std::process::Command::new("protoc")
+        .arg(format!("--python_out={}", gen_dir.display()))
+        .arg(format!("-I{PERFETTO_PROTOS}"))
+        .arg(format!("{PERFETTO_PROTOS}/perfetto_trace.proto"))
+        .status()
+        .expect("protoc (apt protobuf-compiler) is required");
+    assert!(st.success(), "protoc failed on the upstream protos");
+    // Debian's python3-protobuf is installed for the system interpreter.
+    let python = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let out = std::process::Command::new(python)
+        .arg(format!("{PERFETTO_PROTOS}/decode.py"))
+        .arg(&gen_dir)
+        .arg(trace)
+        .output()
+        .expect("python3 with protobuf (apt python3-protobuf) is required");
+    assert!(
+        out.status.success(),
+        "decoding with the upstream protos failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["problems"],
+        serde_json::json!([]),
+        "decoder found problems"
+    );
+    v
+}
+
+/// The "called" field gprof prints for `func` in its call graph (none
+/// when gprof has no entry for it).
+pub fn gprof_called(bin: &std::path::Path, gmon: &std::path::Path, func: &str) -> Option<String> {
+    let out = std::process::Command::new("gprof")
+        .args(["-b", "-q"])
+        .arg(bin)
+        .arg(gmon)
+        .output()
+        .expect("gprof (binutils) is required");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('[') && l.contains(&format!(" {func} [")))?;
+    // "[1]  0.0  0.00  0.00  1+21890  fib [1]": the field before the name.
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let i = fields.iter().position(|f| *f == func).unwrap();
+    Some(fields[i - 1].to_string())
+}
+
+/// Compiles with clang's XRay instrumentation of every function
+/// (`-O2 -fxray-instrument -fxray-instruction-threshold=1`, then `args`),
+/// failing the test when the compiler is missing or fails.
+pub fn xray_cc(compiler: &str, args: &[&str]) -> String {
+    let mut a = vec!["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"];
+    a.extend_from_slice(args);
+    tool(compiler, &a)
+}
