@@ -16,7 +16,9 @@
 //!
 //! A helper thread (`fntrace-sched`; its own switches are left out) polls
 //! the rings every 10 ms, pairs each thread's switch-out with its next
-//! switch-in and writes one off-CPU record (thread, out, length, preempted
+//! switch-in (in time order across the rings: a thread that blocks on one
+//! CPU and wakes on another has its two records in different rings) and
+//! writes one off-CPU record (thread, out, length, preempted
 //! or blocked) per interval. Nothing runs on the traced threads' event
 //! path. At the end ([`stop`]: process exit, `fntrace::stop`, detach) the
 //! rings are drained; a thread still off CPU then gets an interval up to
@@ -171,6 +173,21 @@ impl Drop for Ring {
     }
 }
 
+/// How long after a context switch its record is surely in its ring: a
+/// drain pairs only records older than its start minus this.
+const SETTLE_NS: u64 = 2_000_000;
+
+/// What one switch record says.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Switch {
+    /// Switched back onto a CPU.
+    In,
+    /// Switched out while runnable.
+    Preempted,
+    /// Switched out to wait.
+    Blocked,
+}
+
 /// What the helper thread owns.
 struct Collector {
     rings: Vec<Ring>,
@@ -178,15 +195,26 @@ struct Collector {
     helper_tid: Arc<AtomicU64>,
     /// Threads switched out and not back in yet: tid → (time, preempted).
     out: HashMap<u32, (u64, bool)>,
+    /// Switch records read but not paired yet (time, tid, what), kept
+    /// until every ring has been read past their time.
+    pending: Vec<(u64, u32, Switch)>,
     lost: u64,
     intervals: u64,
 }
 
 impl Collector {
-    fn drain(&mut self) {
+    /// Reads every ring, then pairs switch-outs with switch-ins in time
+    /// order across all rings: a thread that blocks on one CPU and wakes
+    /// on another has its switch-out and switch-in in different rings, so
+    /// pairing them in the order the rings happen to be read loses
+    /// intervals (or joins two into one). Records newer than a moment just
+    /// before this drain began wait for the next drain, since another
+    /// ring's earlier record may not have been read yet; `last` (at stop)
+    /// takes everything.
+    fn drain(&mut self, last: bool) {
         let helper = self.helper_tid.load(Ordering::Relaxed) as u32;
-        let (pid, out, lost, intervals) =
-            (self.pid, &mut self.out, &mut self.lost, &mut self.intervals);
+        let watermark = crate::clock::monotonic_ns().saturating_sub(SETTLE_NS);
+        let (pid, pending, lost) = (self.pid, &mut self.pending, &mut self.lost);
         for r in &mut self.rings {
             r.drain(&mut |typ, misc, body| {
                 let u32_at = |o: usize| {
@@ -207,20 +235,41 @@ impl Collector {
                         if p != pid || tid == helper {
                             return;
                         }
-                        if misc & PERF_RECORD_MISC_SWITCH_OUT != 0 {
-                            out.insert(
-                                tid,
-                                (time, misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0),
-                            );
-                        } else if let Some((t0, pre)) = out.remove(&tid) {
-                            crate::recorder::note_offcpu(tid, t0, time.max(t0), u64::from(pre));
-                            *intervals += 1;
-                        }
+                        let kind = if misc & PERF_RECORD_MISC_SWITCH_OUT == 0 {
+                            Switch::In
+                        } else if misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0 {
+                            Switch::Preempted
+                        } else {
+                            Switch::Blocked
+                        };
+                        pending.push((time, tid, kind));
                     }
                     PERF_RECORD_LOST => *lost += u64_at(8).unwrap_or(0),
                     _ => {}
                 }
             });
+        }
+        // Stable: a thread's records from one ring keep their order when
+        // two carry the same time.
+        self.pending.sort_by_key(|&(time, _, _)| time);
+        let ready = if last {
+            self.pending.len()
+        } else {
+            self.pending
+                .partition_point(|&(time, _, _)| time <= watermark)
+        };
+        for (time, tid, kind) in self.pending.drain(..ready) {
+            match kind {
+                Switch::In => {
+                    if let Some((t0, pre)) = self.out.remove(&tid) {
+                        crate::recorder::note_offcpu(tid, t0, time.max(t0), u64::from(pre));
+                        self.intervals += 1;
+                    }
+                }
+                Switch::Preempted | Switch::Blocked => {
+                    self.out.insert(tid, (time, kind == Switch::Preempted));
+                }
+            }
         }
     }
 
@@ -323,6 +372,7 @@ pub fn start() -> Result<(), SchedError> {
         pid: unsafe { libc::getpid() } as u32,
         helper_tid: helper_tid.clone(),
         out: HashMap::new(),
+        pending: Vec::new(),
         lost: 0,
         intervals: 0,
     };
@@ -344,7 +394,7 @@ pub fn start() -> Result<(), SchedError> {
             while !s2.load(Ordering::Acquire) {
                 // SAFETY: a valid array of pollfd.
                 unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
-                c.drain();
+                c.drain(false);
             }
             c
         })
@@ -365,7 +415,7 @@ pub fn stop() {
     };
     r.stop.store(true, Ordering::Release);
     let Ok(mut c) = r.helper.join() else { return };
-    c.drain();
+    c.drain(true);
     let now = crate::clock::clock_pair().1;
     c.close_open(now);
     if c.lost > 0 {
