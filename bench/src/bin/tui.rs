@@ -27,7 +27,7 @@ use std::time::Instant;
 use fntrace_format::event::Framed;
 use fntrace_format::layout::{
     ChunkHeader, DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, FINAL_OFFSET, Final, HEADER_SIZE, Header,
-    META_TID, VERSION_MAJOR, VERSION_MINOR,
+    META_TID,
 };
 use fntrace_format::writer::ChunkBuf;
 
@@ -48,16 +48,6 @@ struct Stream<'f> {
     buf: ChunkBuf,
 }
 
-fn header(tid: u32, seq: u32, depth: u32, tsc: u64) -> ChunkHeader {
-    ChunkHeader {
-        tid,
-        seq,
-        depth,
-        base_tsc: tsc,
-        ..ChunkHeader::default()
-    }
-}
-
 impl Stream<'_> {
     fn put(&mut self, d: u64, entry: Option<u64>) {
         loop {
@@ -72,7 +62,7 @@ impl Stream<'_> {
             self.seq += 1;
             self.buf = ChunkBuf::new(
                 DEFAULT_CHUNK_SIZE,
-                &header(self.tid, self.seq, self.depth, self.tsc),
+                &ChunkHeader::at(self.tid, self.seq, self.depth, self.tsc),
             );
         }
         self.tsc += d;
@@ -104,23 +94,15 @@ fn generate(path: &Path) -> u64 {
     let mut f = BufWriter::with_capacity(8 << 20, File::create(path).unwrap());
     let hz = 2_000_000_000u64;
     let h = Header {
-        version_major: VERSION_MAJOR,
-        version_minor: VERSION_MINOR,
-        header_size: HEADER_SIZE,
-        chunk_size: DEFAULT_CHUNK_SIZE,
-        flags: 0,
-        tsc_hz: hz,
         start_tsc: 1_000,
-        start_mono_ns: 0,
-        start_realtime_ns: 0,
         pid: 1,
-        ring_chunks: 0,
+        ..Header::current(DEFAULT_CHUNK_SIZE, hz)
     };
     let mut head = vec![0u8; HEADER_SIZE as usize];
     head[..FINAL_OFFSET].copy_from_slice(&h.encode());
     f.write_all(&head).unwrap();
     let mut chunks = 0u64;
-    let mut meta = ChunkBuf::new(DEFAULT_CHUNK_SIZE, &header(META_TID, 0, 0, 1_000));
+    let mut meta = ChunkBuf::new(DEFAULT_CHUNK_SIZE, &ChunkHeader::at(META_TID, 0, 0, 1_000));
     for (k, name) in [
         (MAIN, "main"),
         (FIB, "fib"),
@@ -149,7 +131,7 @@ fn generate(path: &Path) -> u64 {
             depth: 0,
             tsc: 1_000,
             events: 0,
-            buf: ChunkBuf::new(DEFAULT_CHUNK_SIZE, &header(tid, 0, 0, 1_000)),
+            buf: ChunkBuf::new(DEFAULT_CHUNK_SIZE, &ChunkHeader::at(tid, 0, 0, 1_000)),
         };
         if tid == 1 {
             s.put(5, Some(MAIN));

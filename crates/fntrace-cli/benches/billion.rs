@@ -15,7 +15,7 @@ use std::time::Instant;
 use fntrace_format::event::Framed;
 use fntrace_format::layout::{
     ChunkHeader, DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, FINAL_OFFSET, Final, HEADER_SIZE, Header,
-    META_TID, VERSION_MAJOR, VERSION_MINOR,
+    META_TID,
 };
 use fntrace_format::writer::ChunkBuf;
 
@@ -28,20 +28,6 @@ struct Stream {
     depth: u32,
     tsc: u64,
     buf: ChunkBuf,
-}
-
-fn header(tid: u32, seq: u32, depth: u32, tsc: u64) -> ChunkHeader {
-    ChunkHeader {
-        tid,
-        seq,
-        depth,
-        base_tsc: tsc,
-        base_mono_ns: 0,
-        flags: 0,
-        payload_len: 0,
-        payload_crc: 0,
-        events: None,
-    }
 }
 
 /// Overrides the number of synthetic events (a bench setting, not the
@@ -61,24 +47,16 @@ fn main() {
     let mut f = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(&path).unwrap());
     let hz = 2_000_000_000u64;
     let h = Header {
-        version_major: VERSION_MAJOR,
-        version_minor: VERSION_MINOR,
-        header_size: HEADER_SIZE,
-        chunk_size: DEFAULT_CHUNK_SIZE,
-        flags: 0,
-        tsc_hz: hz,
         start_tsc: 1_000,
-        start_mono_ns: 0,
-        start_realtime_ns: 0,
         pid: 1,
-        ring_chunks: 0,
+        ..Header::current(DEFAULT_CHUNK_SIZE, hz)
     };
     let mut head = vec![0u8; HEADER_SIZE as usize];
     head[..FINAL_OFFSET].copy_from_slice(&h.encode());
     f.write_all(&head).unwrap();
     let mut chunks = 0u64;
     // Metadata: names for the three functions.
-    let mut meta = ChunkBuf::new(DEFAULT_CHUNK_SIZE, &header(META_TID, 0, 0, 1_000));
+    let mut meta = ChunkBuf::new(DEFAULT_CHUNK_SIZE, &ChunkHeader::at(META_TID, 0, 0, 1_000));
     for (i, &k) in FUNCS.iter().enumerate() {
         let name = format!("synthetic::f{i}");
         assert!(meta.framed(&Framed::Site {
@@ -98,7 +76,7 @@ fn main() {
             seq: 0,
             depth: 0,
             tsc: 1_000,
-            buf: ChunkBuf::new(DEFAULT_CHUNK_SIZE, &header(tid, 0, 0, 1_000)),
+            buf: ChunkBuf::new(DEFAULT_CHUNK_SIZE, &ChunkHeader::at(tid, 0, 0, 1_000)),
         })
         .collect();
     let per_thread = events / u64::from(THREADS);
@@ -125,7 +103,7 @@ fn main() {
                 s.seq += 1;
                 s.buf = ChunkBuf::new(
                     DEFAULT_CHUNK_SIZE,
-                    &header(s.tid, s.seq, s.depth, s.tsc - d),
+                    &ChunkHeader::at(s.tid, s.seq, s.depth, s.tsc - d),
                 );
                 s.tsc -= d;
                 continue;

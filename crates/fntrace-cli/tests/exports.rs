@@ -219,43 +219,18 @@ fn replay_time_range_and_colour() {
 
 use fntrace_format::event::Framed;
 use fntrace_format::layout::{
-    ChunkHeader, DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, Final, HEADER_SIZE, Header, META_TID,
-    VERSION_MAJOR, VERSION_MINOR,
+    ChunkHeader, DEFAULT_CHUNK_SIZE, FINAL_FLAG_CLEAN, Final, Header, META_TID,
 };
 use fntrace_format::writer::TraceBuilder;
-
-/// Header of chunk `seq` of thread `tid`, started at call depth `depth`
-/// and TSC `base_tsc`.
-fn chunk_header(tid: u32, seq: u32, depth: u32, base_tsc: u64) -> ChunkHeader {
-    ChunkHeader {
-        tid,
-        seq,
-        depth,
-        base_tsc,
-        base_mono_ns: 0,
-        flags: 0,
-        payload_len: 0,
-        payload_crc: 0,
-        events: None,
-    }
-}
 
 /// A synthetic trace (1 GHz clock, pid 7) whose metadata names `functions`.
 fn synthetic_trace(functions: &[(u64, &str)]) -> TraceBuilder {
     let mut b = TraceBuilder::new(Header {
-        version_major: VERSION_MAJOR,
-        version_minor: VERSION_MINOR,
-        header_size: HEADER_SIZE,
-        chunk_size: DEFAULT_CHUNK_SIZE,
-        flags: 0,
-        tsc_hz: 1_000_000_000,
         start_tsc: 1000,
-        start_mono_ns: 0,
-        start_realtime_ns: 0,
         pid: 7,
-        ring_chunks: 0,
+        ..Header::current(DEFAULT_CHUNK_SIZE, 1_000_000_000)
     });
-    let mut meta = b.new_chunk(&chunk_header(META_TID, 0, 0, 1000));
+    let mut meta = b.new_chunk(&ChunkHeader::at(META_TID, 0, 0, 1000));
     for &(key, name) in functions {
         assert!(meta.framed(&Framed::Site {
             key,
@@ -287,7 +262,7 @@ fn finish_trace(b: TraceBuilder, end_tsc: u64, path: &Path) {
 #[test]
 fn replay_shows_arguments_return_values_and_markers() {
     let mut b = synthetic_trace(&[(0x10, "fib"), (0x20, "leaf")]);
-    let mut c = b.new_chunk(&chunk_header(1, 0, 0, 1000));
+    let mut c = b.new_chunk(&ChunkHeader::at(1, 0, 0, 1000));
     assert!(c.entry(10, 0x10));
     assert!(c.framed(&Framed::Args { values: &[30, -1] }));
     assert!(c.entry(10, 0x20));
@@ -355,7 +330,7 @@ fn deep_recursion_exports_and_graph_stay_small() {
     const DEPTH: u32 = 20_000;
     let mut b = synthetic_trace(&[(0x10, "rec"), (0x20, "leaf")]);
     let (mut seq, mut depth, mut tsc) = (0, 0u32, 1000);
-    let mut c = b.new_chunk(&chunk_header(1, seq, depth, tsc));
+    let mut c = b.new_chunk(&ChunkHeader::at(1, seq, depth, tsc));
     // Each call to `rec` enters, calls `leaf` (10 ticks), then recurses;
     // every record is 10 ticks after the one before.
     let mut ops = vec![];
@@ -372,7 +347,7 @@ fn deep_recursion_exports_and_graph_stay_small() {
             c.seal();
             b.push_chunk(&c);
             seq += 1;
-            c = b.new_chunk(&chunk_header(1, seq, depth, tsc));
+            c = b.new_chunk(&ChunkHeader::at(1, seq, depth, tsc));
             assert!(ok(&mut c));
         }
         tsc += 10;
@@ -590,7 +565,7 @@ fn perfetto_export_decodes_with_the_upstream_protos_and_matches_replay() {
 #[test]
 fn perfetto_export_has_arguments_return_values_and_markers() {
     let mut b = synthetic_trace(&[(0x10, "fib"), (0x20, "leaf")]);
-    let mut c = b.new_chunk(&chunk_header(1, 0, 0, 1000));
+    let mut c = b.new_chunk(&ChunkHeader::at(1, 0, 0, 1000));
     assert!(c.entry(10, 0x10));
     assert!(c.framed(&Framed::Args { values: &[30, -1] }));
     assert!(c.entry(200, 0x20));
@@ -1285,7 +1260,7 @@ fn html_page_timeline_lanes_and_flame_graph_in_headless_chromium() {
     }
     // Markers on the timeline, with their arguments.
     let mut b = synthetic_trace(&[(0x10, "fib"), (0x20, "leaf")]);
-    let mut c = b.new_chunk(&chunk_header(1, 0, 0, 1000));
+    let mut c = b.new_chunk(&ChunkHeader::at(1, 0, 0, 1000));
     assert!(c.entry(10, 0x10));
     assert!(c.entry(200, 0x20));
     assert!(c.exit(300));
@@ -1368,7 +1343,7 @@ fn unbase64(s: &str) -> Vec<u8> {
 fn html_page_bounds_the_timeline_and_says_what_it_left_out() {
     let mut b = synthetic_trace(&[(0x10, "work")]);
     let (mut seq, mut tsc) = (0u32, 1000u64);
-    let mut c = b.new_chunk(&chunk_header(1, seq, 0, tsc));
+    let mut c = b.new_chunk(&ChunkHeader::at(1, seq, 0, tsc));
     const N: u64 = 1_100_000;
     for i in 0..N {
         let dur = if i % 11 < 6 { 1000 } else { 10 };
@@ -1380,7 +1355,7 @@ fn html_page_bounds_the_timeline_and_says_what_it_left_out() {
                 c.seal();
                 b.push_chunk(&c);
                 seq += 1;
-                c = b.new_chunk(&chunk_header(1, seq, depth, tsc));
+                c = b.new_chunk(&ChunkHeader::at(1, seq, depth, tsc));
                 assert!(ok(&mut c));
             }
             tsc += d;

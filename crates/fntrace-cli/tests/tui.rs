@@ -15,10 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{FIB_C, fntrace_bin, record_cmd, tool};
 use fntrace_format::event::Framed;
-use fntrace_format::layout::{
-    ChunkHeader, FINAL_FLAG_CLEAN, Final, HEADER_SIZE, Header, META_TID, VERSION_MAJOR,
-    VERSION_MINOR,
-};
+use fntrace_format::layout::{ChunkHeader, FINAL_FLAG_CLEAN, Final, Header, META_TID};
 use fntrace_format::writer::TraceBuilder;
 
 /// A tmux server of its own (its own socket), killed on drop.
@@ -438,7 +435,7 @@ enum Ev<'a> {
 
 impl<'b> Stream<'b> {
     fn new(b: &'b mut TraceBuilder, tid: u32) -> Stream<'b> {
-        let c = b.new_chunk(&hdr(tid, 0, 0, 1000));
+        let c = b.new_chunk(&ChunkHeader::at(tid, 0, 0, 1000));
         Stream {
             b,
             tid,
@@ -464,7 +461,7 @@ impl<'b> Stream<'b> {
             self.seq += 1;
             self.c = self
                 .b
-                .new_chunk(&hdr(self.tid, self.seq, self.depth, self.tsc));
+                .new_chunk(&ChunkHeader::at(self.tid, self.seq, self.depth, self.tsc));
         }
         match ev {
             Ev::Enter(_) => self.depth += 1,
@@ -486,34 +483,16 @@ impl<'b> Stream<'b> {
     }
 }
 
-fn hdr(tid: u32, seq: u32, depth: u32, base_tsc: u64) -> ChunkHeader {
-    ChunkHeader {
-        tid,
-        seq,
-        depth,
-        base_tsc,
-        ..ChunkHeader::default()
-    }
-}
-
 /// Two threads: `alpha` (alpha_main: fib(3) = 2 with a leaf inside, a
 /// marker, then 2500 `work` calls, one of which holds the `needle`) and
 /// `beta` (beta_main with three leaves), in 256-byte chunks, 1 GHz clock.
 fn synthetic(path: &Path) {
     let mut b = TraceBuilder::new(Header {
-        version_major: VERSION_MAJOR,
-        version_minor: VERSION_MINOR,
-        header_size: HEADER_SIZE,
-        chunk_size: 256,
-        flags: 0,
-        tsc_hz: 1_000_000_000,
         start_tsc: 1000,
-        start_mono_ns: 0,
-        start_realtime_ns: 0,
         pid: 7,
-        ring_chunks: 0,
+        ..Header::current(256, 1_000_000_000)
     });
-    let mut meta = b.new_chunk(&hdr(META_TID, 0, 0, 1000));
+    let mut meta = b.new_chunk(&ChunkHeader::at(META_TID, 0, 0, 1000));
     for (key, name, line) in [
         (ALPHA_MAIN, "alpha_main", 10),
         (WORK, "work", 20),

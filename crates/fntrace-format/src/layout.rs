@@ -96,6 +96,26 @@ pub struct Header {
 }
 
 impl Header {
+    /// A header of the current format version with `chunk_size`-byte
+    /// chunks and a `tsc_hz` clock, every other field zero: the start of
+    /// a trace written by a tool rather than a runtime (synthetic traces
+    /// of tests and benchmarks), completed with struct update syntax.
+    pub fn current(chunk_size: u32, tsc_hz: u64) -> Header {
+        Header {
+            version_major: VERSION_MAJOR,
+            version_minor: VERSION_MINOR,
+            header_size: HEADER_SIZE,
+            chunk_size,
+            flags: 0,
+            tsc_hz,
+            start_tsc: 0,
+            start_mono_ns: 0,
+            start_realtime_ns: 0,
+            pid: 0,
+            ring_chunks: 0,
+        }
+    }
+
     /// Encodes the static block (bytes 0..128), checksum included.
     pub fn encode(&self) -> [u8; FINAL_OFFSET] {
         let mut b = [0u8; FINAL_OFFSET];
@@ -259,6 +279,20 @@ pub struct ChunkHeader {
 }
 
 impl ChunkHeader {
+    /// The header of chunk `seq` of thread `tid` that starts at call depth
+    /// `depth` and TSC `base_tsc`, every other field zero (what a
+    /// synthetic trace's writer starts a chunk with; sealing fills in the
+    /// payload's length and checksum).
+    pub fn at(tid: u32, seq: u32, depth: u32, base_tsc: u64) -> ChunkHeader {
+        ChunkHeader {
+            tid,
+            seq,
+            depth,
+            base_tsc,
+            ..ChunkHeader::default()
+        }
+    }
+
     /// Encodes the static part (bytes 0..36: magic, fields and their
     /// checksum). The dynamic part (flags, length, payload checksum) is
     /// written by [`ChunkHeader::encode_seal`].

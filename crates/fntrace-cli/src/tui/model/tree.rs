@@ -575,26 +575,16 @@ mod tests {
     use super::*;
     use crate::analysis::{Call, Visitor, walk_thread};
     use crate::tui::model::index::Index;
-    use fntrace_format::layout::{
-        ChunkHeader, FINAL_FLAG_CLEAN, Final, HEADER_SIZE, Header, VERSION_MAJOR, VERSION_MINOR,
-    };
+    use fntrace_format::layout::{ChunkHeader, FINAL_FLAG_CLEAN, Final, HEADER_SIZE, Header};
     use fntrace_format::writer::TraceBuilder;
 
     /// A random call tree over many small chunks: depth wanders up to
     /// `max_depth`, with runs that stay deep for several chunks.
     fn random_trace(path: &std::path::Path, seed: u64, events: usize, max_depth: u32) {
         let mut b = TraceBuilder::new(Header {
-            version_major: VERSION_MAJOR,
-            version_minor: VERSION_MINOR,
-            header_size: HEADER_SIZE,
-            chunk_size: 256,
-            flags: 0,
-            tsc_hz: 1_000_000_000,
             start_tsc: 1000,
-            start_mono_ns: 0,
-            start_realtime_ns: 0,
             pid: 1,
-            ring_chunks: 0,
+            ..Header::current(256, 1_000_000_000)
         });
         let mut rng = seed | 1;
         let mut next = || {
