@@ -39,6 +39,7 @@ pub mod clock;
 pub mod config;
 pub mod diag;
 pub mod features;
+pub mod ownfd;
 pub mod patch;
 pub mod procinfo;
 mod ranges;

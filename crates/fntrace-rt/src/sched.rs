@@ -32,6 +32,7 @@
 //! containers whose seccomp policy blocks the system call), a one-line
 //! warning says why and the recording continues without off-CPU time.
 
+use crate::ownfd::FdId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -71,6 +72,9 @@ fn attr() -> [u8; 128] {
 /// One per-CPU ring.
 struct Ring {
     fd: libc::c_int,
+    /// What `fd` was opened on: the program may close or reuse the number
+    /// (the mapping stays valid without it).
+    id: Option<FdId>,
     base: *mut u8,
     len: usize,
 }
@@ -96,6 +100,8 @@ impl Ring {
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        // Out of the way of the program's own descriptor numbers.
+        let fd = crate::ownfd::park(fd);
         let len = (RING_PAGES + 1) * 4096;
         // SAFETY: mapping the event's ring as the perf ABI describes.
         let p = unsafe {
@@ -116,6 +122,7 @@ impl Ring {
         }
         Ok(Ring {
             fd,
+            id: crate::ownfd::identity_of(fd),
             base: p.cast(),
             len,
         })
@@ -165,11 +172,9 @@ impl Ring {
 
 impl Drop for Ring {
     fn drop(&mut self) {
-        // SAFETY: our own mapping and descriptor, used by nobody else now.
-        unsafe {
-            libc::munmap(self.base.cast(), self.len);
-            libc::close(self.fd);
-        }
+        // SAFETY: our own mapping, used by nobody else now.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+        crate::ownfd::close_if_same(self.fd, self.id);
     }
 }
 
@@ -394,6 +399,22 @@ pub fn start() -> Result<(), SchedError> {
             while !s2.load(Ordering::Acquire) {
                 // SAFETY: a valid array of pollfd.
                 unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
+                // A descriptor the program closed (its ring is still
+                // mapped and drained) would make every poll return at
+                // once: leave it out, and stop listening to any number
+                // that is no longer ours.
+                for (p, r) in fds.iter_mut().zip(&c.rings) {
+                    if p.fd >= 0
+                        && p.revents != 0
+                        && (p.revents & libc::POLLNVAL != 0
+                            || crate::ownfd::identity_of(p.fd) != r.id)
+                    {
+                        p.fd = -1;
+                    }
+                }
+                if fds.iter().all(|p| p.fd < 0) {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
                 c.drain(false);
             }
             c

@@ -24,6 +24,7 @@
 //! - `status`: pid, functions enabled, patchable sites (and unusable
 //!   ones), XRay functions, whether recording.
 
+use crate::ownfd::FdId;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -63,7 +64,7 @@ fn private_dir() -> std::io::Result<PathBuf> {
 /// The socket this process listens on: its path (`None` for an abstract
 /// socket, nothing to remove) and the listening descriptor; removed at
 /// exit or when an attached recording detaches.
-static LISTENING: Mutex<Option<(Option<PathBuf>, i32)>> = Mutex::new(None);
+static LISTENING: Mutex<ListenSlot> = Mutex::new(None);
 
 /// Removes the sockets in `dir` of processes that no longer exist.
 fn remove_stale(dir: &std::path::Path) {
@@ -98,9 +99,12 @@ fn bind_abstract(pid: u32) -> std::io::Result<UnixListener> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("abstract socket @{name}: {e}")))
 }
 
-/// Starts the control thread (once per process; again in a forked child).
-/// Returns the socket's path (`@NAME` for an abstract socket).
-pub fn start() -> std::io::Result<PathBuf> {
+/// Binds this process's socket (a file in the private directory, else an
+/// abstract name), with its descriptor moved out of the way of the
+/// program's own numbers: the listener, its path (`@NAME` for an abstract
+/// socket) and the descriptor's identity.
+fn bind() -> std::io::Result<Bound> {
+    use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
     let pid = std::process::id();
     let (l, path) = match private_dir() {
         Ok(dir) => {
@@ -122,31 +126,63 @@ pub fn start() -> std::io::Result<PathBuf> {
             )
         }
     };
-    {
-        use std::os::fd::AsRawFd;
-        let file = (!path.as_os_str().as_encoded_bytes().starts_with(b"@")).then(|| path.clone());
-        *LISTENING.lock().unwrap_or_else(|e| e.into_inner()) = Some((file, l.as_raw_fd()));
-    }
+    // SAFETY: the parked descriptor is the listener's, now owned here.
+    let l = unsafe { UnixListener::from_raw_fd(crate::ownfd::park(l.into_raw_fd())) };
+    let id = crate::ownfd::identity_of(l.as_raw_fd());
+    Ok((l, path, id))
+}
+
+/// Records the listener in [`LISTENING`].
+fn publish(l: &UnixListener, path: &std::path::Path, id: Option<FdId>) -> ListenSlot {
+    use std::os::fd::AsRawFd;
+    let file = (!path.as_os_str().as_encoded_bytes().starts_with(b"@")).then(|| path.to_path_buf());
+    Some((file, l.as_raw_fd(), id))
+}
+
+/// A listener, its path and its descriptor's identity.
+type Bound = (UnixListener, PathBuf, Option<FdId>);
+
+/// What [`LISTENING`] holds.
+type ListenSlot = Option<(Option<PathBuf>, i32, Option<FdId>)>;
+
+/// Starts the control thread (once per process; again in a forked child).
+/// Returns the socket's path (`@NAME` for an abstract socket).
+pub fn start() -> std::io::Result<PathBuf> {
+    let (l, path, id) = bind()?;
+    *LISTENING.lock().unwrap_or_else(|e| e.into_inner()) = publish(&l, &path, id);
     std::thread::Builder::new()
         .name("fntrace-ctl".into())
-        .spawn(move || serve(l))
+        .spawn(move || serve(l, id))
         .map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot start the control thread: {e}"))
         })?;
     Ok(path)
 }
 
+/// After the program closed the listener's descriptor: a new listener in
+/// its place, unless [`stop`] has run meanwhile.
+fn rebind() -> Option<(UnixListener, Option<FdId>)> {
+    let mut g = LISTENING.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()?;
+    let (l, path, id) = bind().ok()?;
+    *g = publish(&l, &path, id);
+    Some((l, id))
+}
+
 /// Removes this process's socket and ends its control thread (at exit,
 /// or when an attached recording detaches).
 pub fn stop() {
-    if let Some((p, fd)) = LISTENING.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some((p, fd, id)) = LISTENING.lock().unwrap_or_else(|e| e.into_inner()).take() {
         if let Some(p) = p {
             let _ = std::fs::remove_file(p);
         }
-        // SAFETY: `fd` is the listener the control thread owns (it is
-        // closed only when that thread ends, after this wakes it):
-        // shutting it down makes its `accept` fail, and the thread ends.
-        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        if id.is_some() && crate::ownfd::identity_of(fd) == id {
+            // SAFETY: `fd` is still the listener the control thread owns
+            // (it is closed only when that thread ends, after this wakes
+            // it): shutting it down makes its `accept` fail, and the
+            // thread ends.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        }
     }
 }
 
@@ -159,12 +195,24 @@ pub fn forget() -> bool {
         .unwrap_or(false)
 }
 
-fn serve(l: UnixListener) {
+/// Serves connections until `stop`. When the program closed (and perhaps
+/// reused) the listener's descriptor number, the number is left alone
+/// (never accepted on or closed again) and a new listener takes its place.
+fn serve(mut l: UnixListener, mut id: Option<FdId>) {
+    use std::os::fd::AsRawFd;
     // This thread's own calls are never traced.
     crate::recorder::guarded(|| {
-        for conn in l.incoming() {
-            let mut s = match conn {
-                Ok(s) => s,
+        loop {
+            if id.is_none() || crate::ownfd::identity_of(l.as_raw_fd()) != id {
+                std::mem::forget(l);
+                match rebind() {
+                    Some((nl, nid)) => (l, id) = (nl, nid),
+                    None => return,
+                }
+                continue;
+            }
+            let mut s = match l.accept() {
+                Ok((s, _)) => s,
                 // Shut down by `stop`: this listener is no longer ours.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
                 Err(_) => continue,

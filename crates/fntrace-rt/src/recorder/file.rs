@@ -27,7 +27,9 @@ use crate::{clock, procinfo};
 pub(crate) struct Session {
     pub(crate) id: u32,
     pub(crate) path: PathBuf,
-    pub(crate) fd: libc::c_int,
+    /// The trace file (checked before each use: the program may close
+    /// or reuse descriptor numbers).
+    pub(crate) fd: crate::ownfd::OwnFd,
     pub(crate) base: *mut u8,
     pub(crate) reserved: usize,
     pub(crate) chunk_size: usize,
@@ -232,8 +234,8 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
     };
     let s = Session {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        fd: crate::ownfd::OwnFd::new(fd, &path),
         path,
-        fd,
         base: base as *mut u8,
         reserved,
         chunk_size,
@@ -408,8 +410,10 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
     // out keeps every page a thread may still write to inside the file.
     unsafe {
         ptr::copy_nonoverlapping(fb.as_ptr(), s.base.add(FINAL_OFFSET), fb.len());
-        libc::ftruncate(s.fd, len as i64);
-        libc::close(s.fd);
+        if let Some(fd) = s.fd.get() {
+            libc::ftruncate(fd, len as i64);
+        }
+        s.fd.close();
     }
     Some(Summary {
         path: s.path.clone(),
@@ -460,8 +464,9 @@ pub(crate) fn forget_after_fork() -> Option<Options> {
     }
     // SAFETY: sessions are leaked.
     let s: &'static Session = unsafe { &*p };
-    // SAFETY: closing the parent's descriptor in the child only.
-    unsafe { libc::close(s.fd) };
+    // Closing the parent's descriptor in the child only (if the child
+    // still has it).
+    s.fd.close();
     s.opts.follow_fork.then(|| s.opts.clone())
 }
 

@@ -109,9 +109,10 @@ fn install_snapshot_signal(sig: libc::c_int) {
 /// Writes a snapshot of the session's trace to `PATH.snapshot.N`.
 fn write_snapshot(s: &Session) {
     use std::os::fd::FromRawFd;
+    let Some(fd) = s.fd.get() else { return };
     // SAFETY: borrowing the session's descriptor without owning it
     // (ManuallyDrop: it is not closed here).
-    let src = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(s.fd) });
+    let src = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
     let Some(out) = (1u32..10_000)
         .map(|n| {
             let mut p = s.path.as_os_str().to_owned();
@@ -419,7 +420,11 @@ fn drop_chunk(s: &Session, l: &mut Life, c: *mut u8, slot: u64) {
     // file mapping keeps its dirty pages in the page cache.
     unsafe {
         libc::madvise(c as *mut libc::c_void, s.chunk_size, libc::MADV_DONTNEED);
-        libc::sync_file_range(s.fd, off, s.chunk_size as i64, libc::SYNC_FILE_RANGE_WRITE);
+    }
+    let fd = s.fd.get();
+    if let Some(fd) = fd {
+        // SAFETY: writeback of our own file's range.
+        unsafe { libc::sync_file_range(fd, off, s.chunk_size as i64, libc::SYNC_FILE_RANGE_WRITE) };
     }
     l.dropped += 1;
     if s.ring_chunks == 0 {
@@ -427,9 +432,13 @@ fn drop_chunk(s: &Session, l: &mut Life, c: *mut u8, slot: u64) {
         while l.written.len() as u64 > FADVISE_LAG {
             let old = l.written.pop_front().unwrap_or(0);
             let o = s.header.header_size as i64 + old as i64 * s.chunk_size as i64;
-            // SAFETY: advice on our own descriptor; only clean pages (on
-            // disk) are dropped, dirty ones stay.
-            unsafe { libc::posix_fadvise(s.fd, o, s.chunk_size as i64, libc::POSIX_FADV_DONTNEED) };
+            if let Some(fd) = fd {
+                // SAFETY: advice on our own descriptor; only clean pages
+                // (on disk) are dropped, dirty ones stay.
+                unsafe {
+                    libc::posix_fadvise(fd, o, s.chunk_size as i64, libc::POSIX_FADV_DONTNEED)
+                };
+            }
         }
     }
 }

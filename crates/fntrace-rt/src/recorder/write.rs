@@ -510,16 +510,19 @@ pub(crate) fn grow(s: &Session, end: usize, populate: bool) -> bool {
     if new_len < end {
         return false;
     }
+    let Some(fd) = s.fd.get() else {
+        return false;
+    };
     // SAFETY: plain system calls on our own descriptor; the mapping goes
     // exactly over the reserved, not yet file-backed range
     // [base+mapped, base+new_len), which no one else uses.
     unsafe {
         // Reserve disk blocks first: a store into a hole of a full disk
         // would be SIGBUS, an error here is just "no space".
-        let r = libc::fallocate(s.fd, 0, mapped as i64, (new_len - mapped) as i64);
+        let r = libc::fallocate(fd, 0, mapped as i64, (new_len - mapped) as i64);
         if r != 0 {
             let e = io::Error::last_os_error().raw_os_error();
-            if e != Some(libc::EOPNOTSUPP) || libc::ftruncate(s.fd, new_len as i64) != 0 {
+            if e != Some(libc::EOPNOTSUPP) || libc::ftruncate(fd, new_len as i64) != 0 {
                 return false;
             }
         }
@@ -528,7 +531,7 @@ pub(crate) fn grow(s: &Session, end: usize, populate: bool) -> bool {
             new_len - mapped,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED | libc::MAP_FIXED | if populate { libc::MAP_POPULATE } else { 0 },
-            s.fd,
+            fd,
             mapped as i64,
         );
         if p == libc::MAP_FAILED {

@@ -109,9 +109,13 @@ pub(crate) fn at_exit() {
 
 /// Connects to the controller's abstract socket `name`.
 fn connect(name: &[u8]) -> std::io::Result<UnixStream> {
+    use std::os::fd::{FromRawFd, IntoRawFd};
     use std::os::linux::net::SocketAddrExt;
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
-    UnixStream::connect_addr(&addr)
+    let s = UnixStream::connect_addr(&addr)?;
+    // Out of the way of the program's own descriptor numbers.
+    // SAFETY: the parked descriptor is the stream's, now owned here.
+    Ok(unsafe { UnixStream::from_raw_fd(crate::ownfd::park(s.into_raw_fd())) })
 }
 
 /// The attach thread's work (see the module doc).
