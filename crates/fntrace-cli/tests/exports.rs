@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{decode_perfetto, fntrace_bin as fntrace, gprof_called, preload};
+use common::{
+    WINDOW, chromium, chromium_dom, decode_perfetto, fntrace_bin as fntrace, gprof_called, preload,
+    selftest_text,
+};
 
 fn gcc(dir: &Path, src: &str, name: &str, flags: &[&str]) -> PathBuf {
     let out = dir.join(name);
@@ -1025,42 +1028,6 @@ fn gmon_xray_and_graph_select_the_calls_replay_shows() {
     assert!(err.contains("--levels"), "{err}");
 }
 
-/// Headless Chromium's window in the HTML tests: tall enough for every
-/// lane of the threads program and the flame graph below them.
-const WINDOW: (u32, u32) = (1280, 3000);
-
-fn chromium(home: &Path) -> Command {
-    let mut c = Command::new("chromium");
-    c.args([
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--hide-scrollbars",
-        "--force-device-scale-factor=1",
-    ])
-    .arg(format!("--window-size={},{}", WINDOW.0, WINDOW.1))
-    .env("HOME", home);
-    c
-}
-
-/// The DOM of `url` after its scripts ran, and how long Chromium took.
-fn chromium_dom(home: &Path, url: &str) -> (String, std::time::Duration) {
-    let t = std::time::Instant::now();
-    let out = chromium(home)
-        .arg("--dump-dom")
-        .arg(url)
-        .output()
-        .expect("chromium (Debian package) is required for this test");
-    let took = t.elapsed();
-    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        dom.contains("data-drawn=\"1\""),
-        "the page did not finish drawing: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (dom, took)
-}
-
 /// A screenshot of `url`: (width, channels, pixels).
 fn chromium_png(home: &Path, url: &str) -> (usize, usize, Vec<u8>) {
     let png = home.join("shot.png");
@@ -1115,22 +1082,16 @@ fn lanes(dom: &str) -> Vec<(u64, usize, usize, usize, usize, usize)> {
 /// the marker lines.
 #[allow(clippy::type_complexity)]
 fn page_calls(dom: &str) -> (HashMap<u64, Vec<(usize, u64, u64, String)>>, Vec<String>) {
-    let i = dom
-        .rfind("<pre id=\"selftest\">")
-        .expect("#selftest listing");
-    let text = &dom[i + "<pre id=\"selftest\">".len()..];
-    let text = &text[..text.find("</pre>").unwrap()];
-    let text = text
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&amp;", "&");
+    let text = selftest_text(dom);
     let mut per: HashMap<u64, Vec<(usize, u64, u64, String)>> = HashMap::new();
     let mut markers = vec![];
     for l in text.lines() {
         let f: Vec<&str> = l.splitn(5, ' ').collect();
         if f[1] == "marker" {
             markers.push(l.to_string());
+            continue;
+        }
+        if f[1] == "offcpu" {
             continue;
         }
         per.entry(f[0].parse().unwrap()).or_default().push((

@@ -397,3 +397,64 @@ fn intervals_whose_switches_are_on_different_cpus_are_paired() {
         "{hop:?}"
     );
 }
+
+#[test]
+fn the_html_timeline_draws_off_cpu_slices_under_the_call_they_happened_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let (data, slept) = record(dir.path(), &exe, "s.data", &["--sched"]);
+    let html = dir.path().join("s.html");
+    export(&data, "html", &html, &[]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("off-CPU interval(s)"), "the page's note");
+    // Headless Chromium decodes the page's data and draws it; the
+    // #selftest listing has a line per call and per off-CPU interval.
+    let url = format!("file://{}#selftest", html.display());
+    let (dom, _) = common::chromium_dom(dir.path(), &url);
+    let text = common::selftest_text(&dom);
+    for (&tid, &s) in &slept {
+        let t = tid.to_string();
+        let lines: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.splitn(7, ' ').collect::<Vec<_>>())
+            .filter(|f| f[0] == t)
+            .collect();
+        // nap: "tid depth start dur nap".
+        let nap = lines
+            .iter()
+            .find(|f| f.len() == 5 && f[4] == "nap")
+            .unwrap_or_else(|| panic!("no nap call of {tid} on the page"));
+        let (nap_depth, nap_start, nap_dur): (usize, f64, f64) = (
+            nap[1].parse().unwrap(),
+            nap[2].parse().unwrap(),
+            nap[3].parse().unwrap(),
+        );
+        // "tid offcpu depth start dur blocked|preempted function".
+        let off: Vec<&Vec<&str>> = lines.iter().filter(|f| f[1] == "offcpu").collect();
+        let in_nap: Vec<&&Vec<&str>> = off
+            .iter()
+            .filter(|f| f[5] == "blocked" && f[6] == "nap")
+            .collect();
+        assert!(
+            in_nap.len() >= 10,
+            "[{tid}]: {} blocked slices in nap",
+            in_nap.len()
+        );
+        let mut sum = 0.0;
+        for f in &in_nap {
+            let (depth, start, dur): (usize, f64, f64) = (
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+                f[4].parse().unwrap(),
+            );
+            assert_eq!(depth, nap_depth + 1, "[{tid}]: one row below nap");
+            // Inside nap (the two clocks are mapped to within microseconds).
+            assert!(
+                start + 50_000.0 >= nap_start && start + dur <= nap_start + nap_dur + 50_000.0,
+                "[{tid}]: off CPU at {start} for {dur} outside nap at {nap_start} for {nap_dur}"
+            );
+            sum += dur;
+        }
+        close_to(&format!("html [{tid}]"), sum as u64, s);
+    }
+}

@@ -14,7 +14,13 @@
 //! as long as its callees, so every kept call has its callers), calls
 //! deeper than [`MAX_ROWS`] levels, at most [`MAX_MARKERS`] markers, and
 //! flame-graph paths under 1/[`FLAME_MIN_PART`] of their thread's time
-//! (they would be far below a pixel wide).
+//! (they would be far below a pixel wide), and at most [`MAX_OFFCPU`]
+//! off-CPU intervals.
+//!
+//! With off-CPU records (`record --sched`), each interval a thread spent
+//! off CPU inside a selected call is drawn as its own slice, one row below
+//! the innermost call it happened in (grey when the thread blocked, amber
+//! when it was preempted).
 
 use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;
@@ -32,6 +38,8 @@ pub const MAX_SLICES: usize = 1 << 20;
 pub const MAX_ROWS: usize = 64;
 /// Most markers shown on the timeline.
 pub const MAX_MARKERS: usize = 100_000;
+/// Most off-CPU intervals shown on the timeline (the first ones).
+pub const MAX_OFFCPU: usize = 200_000;
 /// Flame-graph paths with less than 1/this of their thread's time are left out.
 pub const FLAME_MIN_PART: u64 = 200_000;
 /// Deepest flame-graph path (as for the folded stacks).
@@ -160,6 +168,16 @@ struct Slice {
     depth: u16,
 }
 
+/// An interval a thread spent off CPU, inside the call `func` at depth
+/// `depth - 1` (drawn at `depth`).
+struct OffSlice {
+    start: u64,
+    dur: u64,
+    depth: u16,
+    func: u32,
+    preempted: bool,
+}
+
 /// A node of a thread's calling-context tree (its flame graph).
 struct FlameNode {
     parent: u32,
@@ -175,6 +193,8 @@ struct ThreadData {
     calls: u64,
     slices: Vec<Slice>,
     markers: Vec<(u64, u32, String)>,
+    /// Off-CPU intervals inside selected calls, in time order.
+    off: Vec<OffSlice>,
     /// Node 0 is the root (the thread).
     flame: Vec<FlameNode>,
 }
@@ -216,6 +236,9 @@ struct Collector<'t> {
     markers: usize,
     dropped_markers: u64,
     deep: u64,
+    /// Off-CPU intervals kept, and left out past [`MAX_OFFCPU`].
+    offcpu: usize,
+    dropped_offcpu: u64,
     threads: Vec<ThreadData>,
 }
 
@@ -253,6 +276,7 @@ impl Collector<'_> {
             calls: 0,
             slices: vec![],
             markers: vec![],
+            off: vec![],
             flame: vec![FlameNode {
                 parent: 0,
                 name: u32::MAX,
@@ -264,7 +288,30 @@ impl Collector<'_> {
         // Open calls: (name, entry, flame node).
         let mut stack: Vec<(u32, u64, u32)> = vec![];
         let mut events = SelectedEvents::new(trace, tid, sel);
+        // Off-CPU intervals (TSC), in time order, each given to the call
+        // open when it began.
+        let offcpu = trace.offcpu_tsc(tid);
+        let mut next_off = 0;
         for ev in events.by_ref() {
+            let now = match &ev {
+                Event::Enter { tsc, .. } | Event::Exit { tsc, .. } | Event::Marker { tsc, .. } => {
+                    Some(*tsc)
+                }
+                Event::Args(_) | Event::RetVal(_) => None,
+            };
+            while let Some(&(out, back, preempted)) = offcpu.get(next_off)
+                && now.is_some_and(|now| out <= now)
+            {
+                next_off += 1;
+                self.off_slice(
+                    &mut t,
+                    stack.last().map(|f| f.0),
+                    stack.len(),
+                    out,
+                    back,
+                    preempted,
+                );
+            }
             match ev {
                 Event::Enter { func, tsc, .. } => {
                     let name = self.name(func);
@@ -340,8 +387,48 @@ impl Collector<'_> {
                 Event::Args(_) | Event::RetVal(_) => {}
             }
         }
+        // Intervals after the last event: inside the calls still open.
+        for &(out, back, preempted) in &offcpu[next_off.min(offcpu.len())..] {
+            self.off_slice(
+                &mut t,
+                stack.last().map(|f| f.0),
+                stack.len(),
+                out,
+                back,
+                preempted,
+            );
+        }
         t.name = events.into_summary().name;
         self.threads.push(t);
+    }
+
+    /// Keeps an off-CPU interval `[out, back)` of `t` that began inside
+    /// call `func` at `depth - 1` (none: outside every selected call, not
+    /// shown).
+    fn off_slice(
+        &mut self,
+        t: &mut ThreadData,
+        func: Option<u32>,
+        depth: usize,
+        out: u64,
+        back: u64,
+        preempted: bool,
+    ) {
+        let Some(func) = func else { return };
+        if depth >= MAX_ROWS {
+            self.deep += 1;
+        } else if self.offcpu >= MAX_OFFCPU {
+            self.dropped_offcpu += 1;
+        } else {
+            self.offcpu += 1;
+            t.off.push(OffSlice {
+                start: out,
+                dur: back.saturating_sub(out),
+                depth: depth as u16,
+                func,
+                preempted,
+            });
+        }
     }
 }
 
@@ -399,6 +486,13 @@ fn thread_json(t: &mut ThreadData, clock: &Clock) -> serde_json::Value {
         "start": b64_f64(t.slices.iter().map(|s| clock.since_start(s.start) as f64)),
         "dur": b64_f64(t.slices.iter().map(|s| clock.ns(s.dur) as f64)),
         "fn": b64_u32(t.slices.iter().map(|s| s.name)),
+        "off": {
+            "start": b64_f64(t.off.iter().map(|o| clock.since_start(o.start) as f64)),
+            "dur": b64_f64(t.off.iter().map(|o| clock.ns(o.dur) as f64)),
+            "depth": b64_u32(t.off.iter().map(|o| u32::from(o.depth))),
+            "fn": b64_u32(t.off.iter().map(|o| o.func)),
+            "pre": b64_u32(t.off.iter().map(|o| u32::from(o.preempted))),
+        },
         "markers": t.markers.iter().map(|(tsc, n, text)| {
             serde_json::json!([clock.since_start(*tsc), n, text])
         }).collect::<Vec<_>>(),
@@ -440,6 +534,8 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
         markers: 0,
         dropped_markers: 0,
         deep: 0,
+        offcpu: 0,
+        dropped_offcpu: 0,
         threads: vec![],
     };
     for tid in sel.threads(trace) {
@@ -456,6 +552,9 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
         }
         for m in &t.markers {
             span = span.max(clock.since_start(m.0));
+        }
+        for o in &t.off {
+            span = span.max(clock.since_start(o.start + o.dur));
         }
     }
     let mut notes: Vec<String> = vec![];
@@ -482,6 +581,19 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
         notes.push(format!(
             "The timeline shows the first {MAX_MARKERS} markers; {} later ones are left out.",
             c.dropped_markers
+        ));
+    }
+    if c.offcpu > 0 {
+        notes.push(format!(
+            "{} off-CPU interval(s) (record --sched) are drawn one row below the call they \
+             happened in: grey where the thread blocked, amber where it was preempted.",
+            c.offcpu
+        ));
+    }
+    if c.dropped_offcpu > 0 {
+        notes.push(format!(
+            "The timeline shows the first {MAX_OFFCPU} off-CPU intervals; {} later ones are left out.",
+            c.dropped_offcpu
         ));
     }
     let clock_ = clock;

@@ -318,3 +318,54 @@ pub fn xray_cc(compiler: &str, args: &[&str]) -> String {
     a.extend_from_slice(args);
     tool(compiler, &a)
 }
+
+/// Headless Chromium's window in the HTML tests: tall enough for every
+/// lane of the threads program and the flame graph below them.
+pub const WINDOW: (u32, u32) = (1280, 3000);
+
+/// Headless Chromium with the tests' window, its profile under `home`.
+pub fn chromium(home: &std::path::Path) -> std::process::Command {
+    let mut c = std::process::Command::new("chromium");
+    c.args([
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+    ])
+    .arg(format!("--window-size={},{}", WINDOW.0, WINDOW.1))
+    .env("HOME", home);
+    c
+}
+
+/// The DOM of `url` after its scripts ran, and how long Chromium took.
+pub fn chromium_dom(home: &std::path::Path, url: &str) -> (String, std::time::Duration) {
+    let t = std::time::Instant::now();
+    let out = chromium(home)
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .expect("chromium (Debian package) is required for this test");
+    let took = t.elapsed();
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        dom.contains("data-drawn=\"1\""),
+        "the page did not finish drawing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (dom, took)
+}
+
+/// The `#selftest` listing an HTML export writes into its DOM (one line
+/// per embedded call, marker and off-CPU interval), unescaped.
+pub fn selftest_text(dom: &str) -> String {
+    let i = dom
+        .rfind("<pre id=\"selftest\">")
+        .expect("#selftest listing");
+    let text = &dom[i + "<pre id=\"selftest\">".len()..];
+    let text = &text[..text.find("</pre>").unwrap()];
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&")
+}

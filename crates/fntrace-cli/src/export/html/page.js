@@ -1,7 +1,8 @@
 // fntrace HTML export: the page's script (inlined by html.rs). Reads the
 // embedded data (#data: JSON, numeric arrays as base64 little-endian typed
 // arrays), draws the per-thread timeline (one lane per thread, its calls by
-// depth, markers on top; zoom, pan, hover) and the flame graph of the
+// depth, off-CPU intervals one row below the call they happened in,
+// markers on top; zoom, pan, hover) and the flame graph of the
 // chosen thread (or all threads merged). When everything is drawn it sets
 // body[data-drawn] and body[data-load-ms]; with #selftest in the URL it
 // also lists every embedded call in <pre id="selftest"> (used by tests).
@@ -43,6 +44,13 @@
     dur: b64(t.dur, Float64Array),
     fn: b64(t.fn, Uint32Array),
     markers: t.markers,
+    off: {
+      start: b64(t.off.start, Float64Array),
+      dur: b64(t.off.dur, Float64Array),
+      depth: b64(t.off.depth, Uint32Array),
+      fn: b64(t.off.fn, Uint32Array),
+      pre: b64(t.off.pre, Uint32Array),
+    },
     flame: {
       parent: b64(t.flame.parent, Uint32Array),
       fn: b64(t.flame.fn, Uint32Array),
@@ -120,7 +128,8 @@
   const lanes = [];
   let y = 0;
   for (const t of threads) {
-    const rows = t.rows.length - 1;
+    let rows = t.rows.length - 1;
+    for (let i = 0; i < t.off.depth.length; i++) rows = Math.max(rows, t.off.depth[i] + 1);
     const h = MARK_H + Math.max(rows, 1) * ROW + PAD;
     lanes.push({ t, y, h, rows });
     y += h;
@@ -161,6 +170,17 @@
     }
     return lo;
   };
+  // First off-CPU interval ending after x.
+  const firstOff = (o, x) => {
+    let lo = 0, hi = o.start.length;
+    while (lo < hi) {
+      const m = (lo + hi) >> 1;
+      if (o.start[m] + o.dur[m] < x) lo = m + 1;
+      else hi = m;
+    }
+    return lo;
+  };
+  const OFF_BLOCKED = "#9aa3ad", OFF_PREEMPTED = "#e0a526";
   const range = document.getElementById("tl-range");
   const drawTimeline = () => {
     const st = tl.scrollTop;
@@ -181,7 +201,7 @@
       ctx.fillRect(LABEL_W, ly, PW, l.h);
       ctx.fillStyle = "#ddd";
       ctx.fillRect(LABEL_W, ly + l.h - 1, PW, 1);
-      for (let d = 0; d < l.rows; d++) {
+      for (let d = 0; d + 1 < t.rows.length; d++) {
         const ry = ly + MARK_H + d * ROW;
         if (ry > viewH || ry + ROW < AXIS_H) continue;
         const hi = t.rows[d + 1];
@@ -206,6 +226,23 @@
               ctx.fillStyle = "#000";
               ctx.fillText(txt, LABEL_W + Math.max(x0, 0) + 2, ry + ROW / 2);
             }
+          }
+        }
+      }
+      // Off-CPU intervals (time order, never overlapping on one thread).
+      const o = t.off;
+      for (let i = firstOff(o, v0); i < o.start.length && o.start[i] <= v1; i++) {
+        const ry = ly + MARK_H + o.depth[i] * ROW;
+        if (ry > viewH || ry + ROW < AXIS_H) continue;
+        const x0 = Math.max((o.start[i] - v0) * k, -2);
+        const x1 = Math.min(Math.max((o.start[i] + o.dur[i] - v0) * k, x0 + 1), PW + 2);
+        ctx.fillStyle = o.pre[i] ? OFF_PREEMPTED : OFF_BLOCKED;
+        ctx.fillRect(LABEL_W + x0, ry, x1 - x0, ROW - 1);
+        if (x1 - x0 > 40) {
+          const txt = fitText(ctx, "off CPU", x1 - Math.max(x0, 0));
+          if (txt) {
+            ctx.fillStyle = "#222";
+            ctx.fillText(txt, LABEL_W + Math.max(x0, 0) + 2, ry + ROW / 2);
           }
         }
       }
@@ -268,6 +305,9 @@
     }
     const d = Math.floor((y - l.y - MARK_H) / ROW);
     if (d >= l.rows) return null;
+    const o = t.off, j = firstOff(o, at - tol);
+    if (j < o.start.length && o.start[j] <= at + tol && o.depth[j] === d) return { l, off: j };
+    if (d + 1 >= t.rows.length) return null;
     const i = firstEnding(t, t.rows[d], t.rows[d + 1], at - tol);
     if (i < t.rows[d + 1] && t.start[i] <= at + tol) return { l, i };
     return null;
@@ -299,6 +339,15 @@
       const m = h.marker;
       return showTip(e, "<b>marker " + esc(names[m[1]]) + "</b> " + esc(m[2]) + "<br>at " + fmt(m[0]) + " · " + esc(label(t)));
     }
+    if (h.off !== undefined) {
+      const o = t.off, j = h.off;
+      return showTip(
+        e,
+        "<b>off CPU</b> (" + (o.pre[j] ? "preempted" : "blocked") + ") in " + esc(names[o.fn[j]]) +
+          "<br><span class=n>" + fmt(o.dur[j]) + "</span> at <span class=n>" + fmt(o.start[j]) +
+          "</span> · " + esc(label(t))
+      );
+    }
     const i = h.i;
     showTip(
       e,
@@ -309,7 +358,7 @@
   cv.addEventListener("mouseleave", hideTip);
   cv.addEventListener("dblclick", (e) => {
     const h = hit(e);
-    if (!h || h.marker) return;
+    if (!h || h.marker || h.off !== undefined) return;
     const t = h.l.t, pad = t.dur[h.i] * 0.05 + 5;
     v0 = t.start[h.i] - pad;
     v1 = t.start[h.i] + t.dur[h.i] + pad;
@@ -498,6 +547,12 @@
       idx.sort((p, q) => t.start[p[0]] - t.start[q[0]] || p[1] - q[1]);
       for (const [i, d] of idx) out.push(t.tid + " " + d + " " + t.start[i] + " " + t.dur[i] + " " + names[t.fn[i]]);
       for (const m of t.markers) out.push(t.tid + " marker " + m[0] + " " + names[m[1]] + " " + m[2]);
+      const o = t.off;
+      for (let i = 0; i < o.start.length; i++)
+        out.push(
+          t.tid + " offcpu " + o.depth[i] + " " + o.start[i] + " " + o.dur[i] + " " +
+            (o.pre[i] ? "preempted " : "blocked ") + names[o.fn[i]]
+        );
     }
     // Zoom in with the wheel at the middle of the first lane, pan with D;
     // the flame graph of each choice (all threads first): its root's calls.
