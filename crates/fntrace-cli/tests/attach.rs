@@ -219,6 +219,8 @@ fn code_snapshot(pid: i32, bin: &Path) -> (Vec<u8>, Vec<u64>) {
                     "__fentry__",
                     "__cyg_profile_func_enter",
                     "__cyg_profile_func_exit",
+                    // Hooked by `--libcalls` (the workers call it).
+                    "usleep",
                 ]
                 .contains(&n)
                 {
@@ -756,4 +758,76 @@ fn attach_with_a_ring_keeps_a_bounded_window() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// The `perf_event_open` descriptors process `pid` holds.
+fn perf_fds(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().contains("perf_event"))
+        .count()
+}
+
+#[test]
+fn attach_with_libcalls_and_sched_records_them_and_undoes_both_at_detach() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(d.path(), "fentry");
+    let mut t = Target::start(&bin);
+    let before = code_snapshot(t.pid, &bin);
+    let threads_before = t.threads();
+    let out = d.path().join("ls.data");
+    let o = attach_cmd(
+        t.pid,
+        &out,
+        Some("500ms"),
+        &["--libcalls=^usleep$", "--sched"],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("--sched"), "off-CPU recording refused: {err}");
+    // Detached: the usleep GOT slot and every site hold what they held,
+    // the perf events are closed and the helper threads gone.
+    let after = code_snapshot(t.pid, &bin);
+    assert_code_restored(&before, &after, false);
+    assert_eq!(perf_fds(t.pid), 0, "perf events left open");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while t.threads() > threads_before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(t.threads(), threads_before, "threads left behind");
+    t.quit();
+    // usleep is recorded under the worker loop of each thread (the
+    // workers sleep 1 ms every 64 iterations) and its time is off CPU.
+    let tr = Trace::open(&out).unwrap();
+    assert!(tr.damage().is_empty(), "{:?}", tr.damage());
+    let tree = common::call_tree(&out);
+    let usleep: Vec<(&(String, String), &u64)> = tree
+        .edges
+        .iter()
+        .filter(|((_, c), _)| c == "usleep@libc.so.6")
+        .collect();
+    assert!(!usleep.is_empty(), "no usleep calls: {:?}", tree.edges);
+    for ((caller, _), n) in &usleep {
+        // Calls in flight at attach have no entry: a usleep at the window's
+        // start has no recorded caller.
+        assert!(
+            caller == "worker" || caller.is_empty(),
+            "usleep called from {caller} ({n})"
+        );
+    }
+    let rows = fntrace_cli::report::report_rows(&tr, false, fntrace_cli::report::SortKey::Total);
+    let u = rows
+        .iter()
+        .find(|r| r.function == "usleep@libc.so.6")
+        .expect("usleep row");
+    let wait = u.wait_ns.expect("a Wait column with --sched");
+    assert!(
+        wait * 2 >= u.total_ns,
+        "usleep: {wait} ns off CPU of {} ns",
+        u.total_ns
+    );
+    assert!(!tr.metadata().offcpu.is_empty());
 }

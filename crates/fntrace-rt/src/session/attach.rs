@@ -334,6 +334,8 @@ fn detach(reason: DetachReason) -> String {
     // Entries stop being recorded before exits do (see take_over_hooks).
     slots.sort_by_key(|r| r.symbol == "__cyg_profile_func_exit");
     got::restore(&slots);
+    // Library calls (`--libcalls`) go back to their functions too.
+    crate::libcalls::stop();
     let sites = crate::dynamic::stop();
     let sleds = crate::xray::api::stop_recording();
     crate::control::socket::stop();
