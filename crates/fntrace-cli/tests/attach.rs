@@ -773,7 +773,7 @@ fn perf_fds(pid: i32) -> usize {
 fn attach_with_libcalls_and_sched_records_them_and_undoes_both_at_detach() {
     let d = tempfile::tempdir().unwrap();
     let bin = build(d.path(), "fentry");
-    let mut t = Target::start(&bin);
+    let t = Target::start(&bin);
     let before = code_snapshot(t.pid, &bin);
     let threads_before = t.threads();
     let out = d.path().join("ls.data");
