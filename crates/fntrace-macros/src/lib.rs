@@ -52,8 +52,9 @@ use syn::{
 /// item's setting; inner items override outer ones. `args = "1,2"` and
 /// `retval` capture integer arguments (1–6) and the return value without
 /// `-A`/`-R` where the mechanism can (fentry, patchable entries, rewritten
-/// mcount calls); `threshold = "10us"` is recorded in the binary but not
-/// applied yet. The settings go into section `fntrace_policy` (read by the
+/// mcount calls); `threshold = "10us"` keeps only the calls lasting at
+/// least that long, with what they called (applied at record time by the
+/// compiler mechanisms). The settings go into section `fntrace_policy` (read by the
 /// runtimes, `fntrace functions` and `cargo fntrace`) for free functions
 /// and methods of non-generic impls; on generic or `async` functions and
 /// trait default methods only `source` can apply, and other options

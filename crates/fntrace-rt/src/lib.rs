@@ -51,6 +51,7 @@ pub mod recorder;
 pub mod args;
 pub mod count;
 pub mod filter;
+pub mod thresholds;
 
 // The call protocol shared by the mechanisms.
 pub mod calls;

@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&[&str], bool)] = &[
     (
         &[
-            "clock", "config", "diag", "features", "patch", "procinfo", "ranges",
+            "clock", "config", "diag", "features", "ownfd", "patch", "procinfo", "ranges",
         ],
         true,
     ),
     (&["recorder"], false),
-    (&["args", "count", "filter"], true),
+    (&["args", "count", "filter", "thresholds"], true),
     (&["calls"], false),
     (
         &[

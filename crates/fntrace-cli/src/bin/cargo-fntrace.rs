@@ -505,7 +505,7 @@ fn run(sub: Sub) -> Result<ExitCode> {
 /// Says what the `#[instrument_fn]` policies of `exe` mean for `mode`:
 /// how many functions the mode's framework leaves out, and the options it
 /// cannot honour (argument and return value capture through the source
-/// guard or XRay sleds).
+/// guard or XRay sleds, thresholds through the source guard).
 fn policy_summary(mode: &str, exe: &std::path::Path) {
     let framework = match mode.split(':').next().unwrap_or(mode) {
         "never" => return,
@@ -552,6 +552,20 @@ fn policy_summary(mode: &str, exe: &std::path::Path) {
             "cargo-fntrace: warning: {}: #[instrument_fn(args/retval)] on {} cannot be honoured under {framework} ({why}); --instrument=fentry or mcount capture them",
             exe.display(),
             captures.join(", ")
+        );
+    }
+    // Thresholds are applied where calls are keyed by function address
+    // (the compiler mechanisms), not by the source guard's site.
+    let thresholds: Vec<&str> = list
+        .iter()
+        .filter(|p| p.threshold_ns != 0 && !p.is_off(framework))
+        .map(|p| p.function.as_str())
+        .collect();
+    if framework == "source" && !thresholds.is_empty() {
+        eprintln!(
+            "cargo-fntrace: warning: {}: #[instrument_fn(threshold)] on {} is not applied under source (the source guard's calls are kept whatever their length); --instrument=fentry, mcount or xray apply it",
+            exe.display(),
+            thresholds.join(", ")
         );
     }
 }

@@ -109,7 +109,7 @@ pub(crate) fn start_locked(opts: &Options) -> io::Result<PathBuf> {
         ));
     }
     let s: &'static Session = Box::leak(Box::new(create_session(opts)?));
-    super::pending::set_threshold(opts.time_filter_ns, s.header.tsc_hz);
+    super::pending::set_threshold(opts.time_filter_ns, s.header.tsc_hz, opts.fn_threshold);
     write_process_metadata(s);
     CURRENT.store(s as *const Session as *mut Session, Ordering::Release);
     SESSION.store(s.id, Ordering::Release);

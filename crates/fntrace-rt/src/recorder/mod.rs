@@ -200,6 +200,11 @@ pub struct Options {
     /// Signal on which the helper thread writes a snapshot of the trace
     /// to `PATH.snapshot.N` (`config::ENV_SNAPSHOT_SIGNAL`); 0: none.
     pub snapshot_signal: i32,
+    /// Per-function thresholds (`#[instrument_fn(threshold = ...)]`): the
+    /// threshold in nanoseconds of the function a call key belongs to (0:
+    /// none); `None` when no function has one. A call of such a function
+    /// that ends sooner is dropped with everything it called.
+    pub fn_threshold: Option<fn(u64) -> u64>,
 }
 
 impl Options {
@@ -215,6 +220,7 @@ impl Options {
             buffer: crate::config::DEFAULT_BUFFER,
             ring: 0,
             snapshot_signal: 0,
+            fn_threshold: None,
         }
     }
 }

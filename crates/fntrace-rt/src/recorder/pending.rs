@@ -22,22 +22,49 @@
 //! exit). Calls still open when the process is killed are lost: they are
 //! not in the file yet.
 //!
+//! Per-function thresholds (`#[instrument_fn(threshold = "10us")]`) use
+//! the same stack: a call of such a function is undecided until it ends,
+//! so everything that happens inside it is kept in a per-thread log of raw
+//! events (entries, exits, captured values) instead of being written. At
+//! its end, a call shorter than its threshold is dropped with everything
+//! it called (the log is cut back to where it began); a longer one is
+//! written with its callers and the logged events, each with its own time.
+//! A call inside an undecided one is logged, and decided the same way
+//! against its own threshold (and `-t`'s) when it ends. A full log
+//! ([`LOG_CAPACITY`] events) is written at once, keeping the calls it
+//! holds; so is anything a marker or other record happens inside.
+//!
 //! Part of the sink: mechanisms call `record_entry_inner`/`exit_inner`
 //! as always; the hot path without the filter pays one load of the
-//! feature word, already in cache.
+//! feature word, already in cache. Which functions have a threshold comes
+//! from above (`Options::fn_threshold`, a lookup the session passes in).
 
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use fntrace_format::event::{Framed, MAX_COMPACT_LEN};
 
 use super::state::ThreadState;
-use super::write::{claim_chunk_at, entry_with_delta, exit_now, seal, write_record};
+use super::write::{
+    claim_chunk_at, entry_with_delta, exit_now, exit_with_delta, seal, write_record,
+};
 use crate::clock;
 use crate::features::{FEAT_TIME, set_feature};
 
 /// The threshold in TSC ticks (0: filter off).
 static THRESHOLD: AtomicU64 = AtomicU64::new(0);
+
+/// Some function has a threshold of its own (then [`FN_LOOKUP`] is set).
+static FN_ON: AtomicBool = AtomicBool::new(false);
+
+/// The `fn(u64) -> u64` giving a call key's threshold in nanoseconds.
+static FN_LOOKUP: AtomicUsize = AtomicUsize::new(0);
+
+/// The session's TSC ticks per second (for [`FN_LOOKUP`]'s thresholds).
+static TSC_HZ: AtomicU64 = AtomicU64::new(0);
+
+/// Events the log of undecided calls holds (16 bytes each).
+pub(crate) const LOG_CAPACITY: usize = 1 << 16;
 
 /// Held-back calls a thread can have open (deeper calls are written at
 /// once, as if they were long).
@@ -67,6 +94,37 @@ struct Extra {
     has_ret: bool,
 }
 
+/// Per-function threshold bookkeeping of a held call, in a parallel
+/// array touched only while some function has a threshold.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Aux {
+    /// The call's own threshold in ticks (0: none).
+    thr: u64,
+    /// Length of the log when the call began (its own entry is there when
+    /// it is `logged`).
+    mark: u32,
+    /// Entered inside an undecided call: its events are in the log.
+    logged: bool,
+}
+
+/// One logged event: an entry (`b`: the function), an exit, or a
+/// captured value (`b`'s top two bits say which; `a` is the time or the
+/// value).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Logged {
+    a: u64,
+    b: u64,
+}
+
+const LOG_KIND: u64 = 3 << 62;
+const LOG_ENTRY: u64 = 0;
+const LOG_EXIT: u64 = 1 << 62;
+/// An argument value: bits 0–7 its index, 8–15 how many there are.
+const LOG_ARG: u64 = 2 << 62;
+const LOG_RET: u64 = 3 << 62;
+
 /// A thread's stack of calls open under the time filter. All-zero is the
 /// empty, unreserved stack (it lives in the sink's zero-initialised TLS
 /// block).
@@ -75,6 +133,14 @@ pub(crate) struct Pending {
     base: *mut Held,
     /// Parallel to `base`: captured values (reserved with it).
     extra: *mut Extra,
+    /// Parallel to `base`: per-function threshold bookkeeping.
+    aux: *mut Aux,
+    /// The log of events inside undecided calls ([`LOG_CAPACITY`]).
+    log: *mut Logged,
+    /// Events in the log.
+    log_len: u32,
+    /// Open calls with a threshold of their own, not written yet.
+    defer: u32,
     /// Some `extra` slot may hold values of an earlier call (cleared
     /// by `enter` while set).
     captured: bool,
@@ -95,6 +161,38 @@ impl Pending {
         self.len = 0;
         self.written = 0;
         self.over = 0;
+        self.log_len = 0;
+        self.defer = 0;
+    }
+
+    fn aux(&mut self, i: usize) -> &mut Aux {
+        // SAFETY: `i < len <= CAPACITY`; `aux` was reserved with `base`
+        // (zero at first: a valid `Aux`); only this thread touches it.
+        unsafe { &mut *self.aux.add(i) }
+    }
+
+    /// Appends to the log; false when it is full.
+    fn log_push(&mut self, ev: Logged) -> bool {
+        if self.log_len as usize >= LOG_CAPACITY {
+            return false;
+        }
+        // SAFETY: `log_len < LOG_CAPACITY`: inside the reserved log; only
+        // this thread touches it.
+        unsafe { self.log.add(self.log_len as usize).write(ev) };
+        self.log_len += 1;
+        true
+    }
+
+    /// Index of the first logged call on the stack (`len` if none).
+    fn first_logged(&mut self) -> u32 {
+        if !FN_ON.load(Ordering::Relaxed) {
+            return self.len;
+        }
+        let mut i = self.written;
+        while i < self.len && !self.aux(i as usize).logged {
+            i += 1;
+        }
+        i
     }
 
     fn extra(&mut self, i: usize) -> &mut Extra {
@@ -121,7 +219,11 @@ impl Pending {
         if self.failed {
             return false;
         }
-        let bytes = CAPACITY * (core::mem::size_of::<Held>() + core::mem::size_of::<Extra>());
+        let bytes = CAPACITY
+            * (core::mem::size_of::<Held>()
+                + core::mem::size_of::<Extra>()
+                + core::mem::size_of::<Aux>())
+            + LOG_CAPACITY * core::mem::size_of::<Logged>();
         // SAFETY: an anonymous private mapping at a kernel-chosen address
         // touches no existing memory; only touched pages cost memory.
         let p = unsafe {
@@ -142,19 +244,45 @@ impl Pending {
         // SAFETY: the `Extra` array follows the `Held` array inside the
         // mapping just made (both 8-byte aligned sizes).
         self.extra = unsafe { self.base.add(CAPACITY).cast() };
+        // SAFETY: likewise the `Aux` array after it, and the log last.
+        unsafe {
+            self.aux = self.extra.add(CAPACITY).cast();
+            self.log = self.aux.add(CAPACITY).cast();
+        }
         true
     }
 }
 
 /// Turns the time filter on (calls shorter than `ns` nanoseconds, at
-/// `tsc_hz` ticks per second, are not written) or off (`ns` 0). Set
-/// before a session is published, so that no call's entry is written
-/// without the filter and its exit decided with it.
-pub(crate) fn set_threshold(ns: u64, tsc_hz: u64) {
+/// `tsc_hz` ticks per second, are not written) or off (`ns` 0), and the
+/// per-function thresholds `fn_threshold` gives. Set before a session is
+/// published, so that no call's entry is written without the filter and
+/// its exit decided with it.
+pub(crate) fn set_threshold(ns: u64, tsc_hz: u64, fn_threshold: Option<fn(u64) -> u64>) {
     let ticks = (u128::from(ns) * u128::from(tsc_hz) / 1_000_000_000).min(u128::from(u64::MAX));
     let ticks = if ns == 0 { 0 } else { (ticks as u64).max(1) };
     THRESHOLD.store(ticks, Ordering::Relaxed);
-    set_feature(FEAT_TIME, ticks != 0);
+    TSC_HZ.store(tsc_hz, Ordering::Relaxed);
+    FN_LOOKUP.store(fn_threshold.map_or(0, |f| f as usize), Ordering::Relaxed);
+    FN_ON.store(fn_threshold.is_some(), Ordering::Release);
+    set_feature(FEAT_TIME, ticks != 0 || fn_threshold.is_some());
+}
+
+/// The threshold in ticks of the function `func` belongs to (0: none).
+fn fn_ticks(func: u64) -> u64 {
+    let f = FN_LOOKUP.load(Ordering::Relaxed);
+    if f == 0 {
+        return 0;
+    }
+    // SAFETY: a non-zero value is a `fn(u64) -> u64` stored by
+    // `set_threshold`.
+    let f: fn(u64) -> u64 = unsafe { core::mem::transmute::<usize, fn(u64) -> u64>(f) };
+    let ns = f(func);
+    if ns == 0 {
+        return 0;
+    }
+    let hz = TSC_HZ.load(Ordering::Relaxed);
+    ((u128::from(ns) * u128::from(hz) / 1_000_000_000).min(u128::from(u64::MAX)) as u64).max(1)
 }
 
 /// Whether the thread has calls held back or opened past the capacity.
@@ -191,6 +319,35 @@ pub(crate) fn enter(t: &mut ThreadState, func: u64) {
         e.nargs = 0;
         e.has_ret = false;
     }
+    if FN_ON.load(Ordering::Relaxed) {
+        fn_enter(t, i, func, now);
+    }
+}
+
+/// The per-function threshold part of an entry (call `i` of the stack,
+/// just pushed): logged if inside an undecided call, undecided itself if
+/// its function has a threshold.
+#[cold]
+fn fn_enter(t: &mut ThreadState, i: usize, func: u64, now: u64) {
+    let thr = fn_ticks(func);
+    let mark = t.pend.log_len;
+    *t.pend.aux(i) = Aux {
+        thr,
+        mark,
+        logged: false,
+    };
+    if t.pend.defer > 0 {
+        if t.pend.log_push(Logged { a: now, b: func }) {
+            t.pend.aux(i).logged = true;
+        } else {
+            // The log is full: what it holds is kept (written now, this
+            // entry with it).
+            flush(t);
+        }
+    }
+    if thr > 0 && (i as u32) >= t.pend.written {
+        t.pend.defer += 1;
+    }
 }
 
 /// The exit of the innermost open call, now: written if the call was
@@ -215,7 +372,33 @@ pub(crate) fn exit(t: &mut ThreadState) {
         return;
     }
     let now = clock::tsc();
-    if now.wrapping_sub(held.tsc) < THRESHOLD.load(Ordering::Relaxed) {
+    if FN_ON.load(Ordering::Relaxed) {
+        let a = *t.pend.aux(top);
+        if a.thr > 0 {
+            t.pend.defer = t.pend.defer.saturating_sub(1);
+        }
+        if now.wrapping_sub(held.tsc) < a.thr.max(THRESHOLD.load(Ordering::Relaxed)) {
+            // Dropped, with everything logged inside it.
+            t.pend.log_len = a.mark;
+            t.pend.len -= 1;
+            return;
+        }
+        if a.logged {
+            if t.pend.log_push(Logged {
+                a: now,
+                b: LOG_EXIT,
+            }) {
+                t.pend.len -= 1;
+                return;
+            }
+            // The log is full: written now, this call's exit after it.
+            flush(t);
+            t.pend.len -= 1;
+            t.pend.written = t.pend.len;
+            exit_now(t);
+            return;
+        }
+    } else if now.wrapping_sub(held.tsc) < THRESHOLD.load(Ordering::Relaxed) {
         t.pend.len -= 1;
         return;
     }
@@ -231,11 +414,87 @@ pub(crate) fn exit(t: &mut ThreadState) {
     exit_now(t);
 }
 
-/// Writes every held-back entry (a record that needs the calls it
-/// happened in).
+/// Writes every held-back entry and the log of undecided calls (a record
+/// that needs the calls it happened in).
 pub(crate) fn flush(t: &mut ThreadState) {
-    let upto = t.pend.len;
+    let upto = t.pend.first_logged();
     write_held(t, upto);
+    if t.session == 0 {
+        return;
+    }
+    if t.pend.log_len > 0 {
+        replay_log(t);
+    }
+    t.pend.written = t.pend.len;
+    t.pend.defer = 0;
+}
+
+/// Makes room for a record of time `tsc` in the thread's chunk (a new
+/// chunk starts at that time); false when the session is full.
+fn room_at(t: &mut ThreadState, tsc: u64) -> bool {
+    if t.cur.pos as usize + ROOM <= t.cur.limit as usize {
+        return true;
+    }
+    // SAFETY: only called by an attached thread; sessions are leaked.
+    let s = unsafe { &*t.session_ptr };
+    seal(&t.cur);
+    let (tid, depth) = (t.tid, t.depth);
+    if !claim_chunk_at(s, &mut t.cur, tid, depth, Some(tsc)) {
+        t.full = true;
+        t.session = 0;
+        return false;
+    }
+    true
+}
+
+/// Writes the logged events, each at its own time, and empties the log.
+fn replay_log(t: &mut ThreadState) {
+    let n = t.pend.log_len as usize;
+    t.pend.log_len = 0;
+    let mut args = [0i64; 6];
+    for k in 0..n {
+        // SAFETY: `k < n <= LOG_CAPACITY`, written by `log_push`; only
+        // this thread touches the log.
+        let ev = unsafe { t.pend.log.add(k).read() };
+        match ev.b & LOG_KIND {
+            LOG_ENTRY | LOG_EXIT => {
+                if !room_at(t, ev.a) {
+                    return;
+                }
+                let d = ev.a.saturating_sub(t.cur.last_tsc);
+                t.cur.last_tsc += d;
+                if ev.b & LOG_KIND == LOG_ENTRY {
+                    entry_with_delta(t, ev.b, d);
+                } else {
+                    exit_with_delta(t, d);
+                }
+            }
+            LOG_ARG => {
+                let (i, count) = ((ev.b & 0xff) as usize, ((ev.b >> 8) & 0xff) as usize);
+                args[i.min(5)] = ev.a as i64;
+                if i + 1 == count {
+                    // SAFETY: as above.
+                    let s = unsafe { &*t.session_ptr };
+                    super::write::write_framed(s, &mut t.cur, t.tid, t.depth, false, |_| {
+                        Framed::Args {
+                            values: &args[..count.min(6)],
+                        }
+                    });
+                }
+            }
+            _ => {
+                // SAFETY: as above.
+                let s = unsafe { &*t.session_ptr };
+                let value = ev.a as i64;
+                super::write::write_framed(s, &mut t.cur, t.tid, t.depth, false, |_| {
+                    Framed::RetVal { value }
+                });
+            }
+        }
+        if t.session == 0 {
+            return;
+        }
+    }
 }
 
 /// Writes the held-back entries of the calls that already lasted at least
@@ -243,15 +502,38 @@ pub(crate) fn flush(t: &mut ThreadState) {
 pub(crate) fn flush_long(t: &mut ThreadState) {
     let now = clock::tsc();
     let thr = THRESHOLD.load(Ordering::Relaxed);
-    // Older calls lasted longer: the long ones are a prefix.
-    let long = t
-        .pend
-        .frames()
-        .iter()
-        .take_while(|h| now.wrapping_sub(h.tsc) >= thr)
-        .count() as u32;
-    if long > t.pend.written {
+    let logged = t.pend.first_logged();
+    let fn_on = FN_ON.load(Ordering::Relaxed);
+    // Older calls lasted longer: the long ones are a prefix (with
+    // thresholds of their own: up to the first call not long enough for
+    // its own).
+    let mut long = 0u32;
+    while long < logged {
+        let h = t.pend.frames()[long as usize];
+        let own = if fn_on {
+            t.pend.aux(long as usize).thr
+        } else {
+            0
+        };
+        if now.wrapping_sub(h.tsc) < thr.max(own) {
+            break;
+        }
+        long += 1;
+    }
+    if long == logged && t.pend.log_len > 0 {
+        // Every undecided call is long enough: what it logged is kept.
+        flush(t);
+    } else if long > t.pend.written {
         write_held(t, long);
+        // Calls with thresholds of their own that are written now are
+        // decided.
+        if fn_on {
+            let w = t.pend.written as usize;
+            let open = (w..t.pend.len as usize)
+                .filter(|&i| t.pend.aux(i).thr > 0)
+                .count();
+            t.pend.defer = open as u32;
+        }
     }
 }
 
@@ -301,6 +583,20 @@ pub(crate) fn keep_args(t: &mut ThreadState, values: &[i64]) -> bool {
         return false;
     }
     let top = t.pend.len as usize - 1;
+    if FN_ON.load(Ordering::Relaxed) && t.pend.aux(top).logged {
+        let n = values.len().min(6);
+        if t.pend.log_len as usize + n > LOG_CAPACITY {
+            flush(t);
+            return false;
+        }
+        for (i, &v) in values[..n].iter().enumerate() {
+            t.pend.log_push(Logged {
+                a: v as u64,
+                b: LOG_ARG | ((n as u64) << 8) | i as u64,
+            });
+        }
+        return true;
+    }
     t.pend.captured = true;
     let e = t.pend.extra(top);
     let n = values.len().min(6);
@@ -316,6 +612,16 @@ pub(crate) fn keep_retval(t: &mut ThreadState, value: i64) -> bool {
         return false;
     }
     let top = t.pend.len as usize - 1;
+    if FN_ON.load(Ordering::Relaxed) && t.pend.aux(top).logged {
+        if t.pend.log_push(Logged {
+            a: value as u64,
+            b: LOG_RET,
+        }) {
+            return true;
+        }
+        flush(t);
+        return false;
+    }
     t.pend.captured = true;
     let e = t.pend.extra(top);
     e.ret = value;

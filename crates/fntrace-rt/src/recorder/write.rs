@@ -146,6 +146,16 @@ pub(crate) fn exit_now(t: &mut ThreadState) {
         return;
     }
     let d = t.cur.delta_now();
+    exit_with_delta(t, d);
+}
+
+/// Writes an exit record whose delta from the cursor's last timed record
+/// is `d` (the cursor's timeline already advanced by `d`).
+#[inline(always)]
+pub(crate) fn exit_with_delta(t: &mut ThreadState, d: u64) {
+    if t.depth == 0 || t.session == 0 {
+        return;
+    }
     // SAFETY: as in `record_entry_inner`.
     unsafe {
         match pack_exit(d) {

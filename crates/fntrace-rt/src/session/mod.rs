@@ -101,6 +101,7 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
         buffer: cfg.buffer,
         ring: cfg.ring,
         snapshot_signal: cfg.snapshot_signal,
+        fn_threshold: crate::thresholds::any().then_some(crate::thresholds::ns as fn(u64) -> u64),
     };
     install_process_hooks();
     *PATCH.lock().unwrap_or_else(|e| e.into_inner()) = cfg.patch.clone();
@@ -244,6 +245,9 @@ fn apply_policy(cfg: &Config) {
     {
         crate::diag::diag!("fntrace: {e}");
     }
+    // `#[instrument_fn(threshold = ...)]`: as for the captures, the
+    // compiler mechanisms key calls by function address.
+    crate::thresholds::set(policy);
     if cfg.count {
         count::set_count_mode(true);
     }
@@ -301,6 +305,7 @@ pub fn note_modules_changed() {
     }
     filter::scan_new_modules();
     args::scan_new_modules();
+    crate::thresholds::scan_new_modules();
     #[cfg(feature = "compiler-hooks")]
     {
         if crate::xray::tramp::RECORD.load(std::sync::atomic::Ordering::Acquire) {
