@@ -187,14 +187,28 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
             " (not invariant)"
         }
     )?;
-    let mut threads: Vec<ThreadSummary> = vec![];
-    struct Nop;
-    impl Visitor for Nop {
-        fn call(&mut self, _c: &Call) {}
-    }
-    for tid in trace.thread_ids() {
-        threads.push(walk_thread(trace, tid, &mut Nop));
-    }
+    // A trace that ended clean and whose writer counted its events is
+    // described from those counts: every chunk is checked (checksums) but
+    // only each thread's last chunk is decoded. Otherwise (unfinished,
+    // a flight-recorder window, an older writer) every event is read.
+    let counted = trace.ending() == Ending::Clean
+        && trace.final_block().and_then(|f| f.events()).is_some()
+        && h.flags & fntrace_format::layout::HDR_FLAG_RING == 0;
+    let threads: Vec<ThreadSummary> = trace
+        .thread_ids()
+        .into_iter()
+        .map(|tid| {
+            if counted {
+                thread_from_counts(trace, tid)
+            } else {
+                struct Nop;
+                impl Visitor for Nop {
+                    fn call(&mut self, _c: &Call) {}
+                }
+                walk_thread(trace, tid, &mut Nop)
+            }
+        })
+        .collect();
     // The writer's counts (final block, chunk headers).
     let events = trace.event_count(None).events;
     let first = threads
@@ -214,6 +228,15 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
         fmt_ns(clock.ns(last.saturating_sub(first.min(h.start_tsc))))
     )?;
     writeln!(out, "# events        {events}")?;
+    writeln!(
+        out,
+        "# counted       {}",
+        if counted {
+            "by the writer (final block, chunk headers); every chunk checked, each thread's last chunk decoded"
+        } else {
+            "from the events (the trace did not end clean, is a flight-recorder window, or has no writer counts)"
+        }
+    )?;
     if let Some(w) = ring_window(trace) {
         writeln!(
             out,
@@ -317,6 +340,55 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// What `info` says of thread `tid` of a trace whose writer counted its
+/// events: the counts from the chunk headers, every chunk checked as a
+/// whole-stream read checks it (without decoding), and the last chunk
+/// decoded for the thread's end (its exit record, calls still open, its
+/// last time). Events lost are only the final block's total.
+pub fn thread_from_counts(trace: &Trace, tid: u32) -> ThreadSummary {
+    let n = trace.thread_chunks(tid).count();
+    let mut r = trace.stream(tid);
+    r.check_chunks(n.saturating_sub(1));
+    let mut damage = r.take_damage();
+    let mut sum = match trace.chunk_start(tid, n.saturating_sub(1)) {
+        Some((pos, depth)) => {
+            let mut ev =
+                crate::analysis::Events::resume(trace, tid, crate::analysis::Resume { pos, depth });
+            for _ in ev.by_ref() {}
+            ev.into_summary()
+        }
+        None => ThreadSummary {
+            tid,
+            ..Default::default()
+        },
+    };
+    damage.append(&mut sum.damage);
+    sum.damage = damage;
+    sum.events = trace.event_count(Some(tid)).events;
+    sum.lost = 0;
+    if let Some(c) = trace.thread_chunks(tid).next() {
+        sum.first_tsc = sum.first_tsc.min(c.header.base_tsc);
+    }
+    if sum.name.is_empty() {
+        // The thread's start record (its name then) opens its stream.
+        let mut first = trace.stream(tid);
+        for _ in 0..4 {
+            match first.next_item() {
+                Some(fntrace_format::StreamItem::Record(fntrace_format::Record::ThreadStart {
+                    name,
+                    ..
+                })) => {
+                    sum.name = name;
+                    break;
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+    }
+    sum
 }
 
 /// `fntrace info`: describes the trace at `path`.

@@ -882,6 +882,22 @@ impl ThreadReader<'_> {
         self.next_chunk
     }
 
+    /// Reads the stream's chunks before `upto` (stream order) with every
+    /// check a whole-stream read makes of a chunk (sequence, size, seal,
+    /// payload checksum: what is wrong goes to [`ThreadReader::damage`])
+    /// but without decoding their records, then stops. What `fntrace
+    /// info` needs of a trace whose writer counted its events.
+    pub fn check_chunks(&mut self, upto: usize) {
+        while self.next_chunk < upto.min(self.chunks.len()) {
+            if !self.load_next_chunk() {
+                break;
+            }
+            self.cur = None;
+            self.batch.clear();
+            self.batch_pos = 0;
+        }
+    }
+
     /// The next item, with compact events decoded without building a
     /// [`Record`] (the fast path of analysis).
     #[inline]
