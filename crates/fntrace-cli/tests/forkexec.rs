@@ -3,7 +3,10 @@
 //! program. The exec'd image has the child's pid, so it must not reuse the
 //! child's `PATH.PID` (which it used to open with truncation, wiping the
 //! child's events): it writes `PATH.PID.1`, and `report --children` shows
-//! the calls of every image of the recording.
+//! the calls of every image of the recording. `tests/forkexec/ends.c`
+//! ends an image with `exec`, a process with `_exit` and a forked child
+//! with `_exit`: no exit handler runs, and each trace must still end
+//! clean with every call.
 
 mod common;
 
@@ -81,5 +84,82 @@ fn an_image_execd_by_a_forked_child_keeps_the_childs_trace() {
             "{name}: {all:?}"
         );
         assert!(err.contains("2 more trace(s)"), "{name}: {err}");
+    }
+}
+
+/// `fntrace info` of `path`.
+fn info(path: &Path) -> String {
+    let o = Command::new(fntrace_bin())
+        .arg("info")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn exec_and_underscore_exit_end_the_trace_clean() {
+    // An image replaced by `exec`, a process ending with `_exit` (no
+    // `atexit` handler runs either way) and a forked child that `_exit`s:
+    // each trace ends clean, with the writer's counts, every `work` call
+    // of its image, and `outer` still open.
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("ends");
+    tool(
+        "gcc",
+        &[
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-pg",
+            "-mfentry",
+            "-o",
+            exe.to_str().unwrap(),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/forkexec/ends.c"),
+        ],
+    );
+    for (how, n) in [("exec", 5000u64), ("_exit", 4000), ("child", 3000)] {
+        let data = d.path().join(format!("{how}.data"));
+        let out = record_cmd(&data, &[], &exe, &[how, &n.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{how}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let others: Vec<std::path::PathBuf> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&format!("{how}.data."))
+            })
+            .collect();
+        assert_eq!(
+            others.len(),
+            1 - usize::from(how == "_exit"),
+            "{how}: {others:?}"
+        );
+        // The image or process that ended without exit handlers.
+        let ended = if how == "_exit" {
+            data.clone()
+        } else {
+            others[0].clone()
+        };
+        let ended = if how == "exec" { data.clone() } else { ended };
+        let i = info(&ended);
+        assert!(i.contains("# ending        clean"), "{how}: {i}");
+        assert!(i.contains("# counted       by the writer"), "{how}: {i}");
+        let calls = report(&[ended.as_os_str()]);
+        assert_eq!(calls.get("work"), Some(&n), "{how}: {calls:?}");
+        assert_eq!(calls.get("loop"), Some(&1), "{how}: {calls:?}");
+        if how == "exec" {
+            // The exec'd image's own trace: its 7 calls.
+            let i = info(&others[0]);
+            assert!(i.contains("# ending        clean"), "{i}");
+            assert_eq!(report(&[others[0].as_os_str()]).get("work"), Some(&7));
+        }
     }
 }

@@ -20,7 +20,7 @@ pub use fntrace_rt::markers::record::fntrace_record_marker;
 pub use fntrace_rt::session::attach::fntrace_attach;
 pub use fntrace_rt::session::dl::{dlclose, dlopen};
 pub use fntrace_rt::session::exec::{
-    execl, execle, execlp, execv, execve, execvp, execvpe, fexecve,
+    _Exit, _exit, execl, execle, execlp, execv, execve, execvp, execvpe, fexecve,
 };
 pub use fntrace_rt::xray::api::{
     __xray_function_address, __xray_init, __xray_max_function_id, __xray_patch,

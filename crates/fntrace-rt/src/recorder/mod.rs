@@ -275,6 +275,20 @@ pub fn is_recording() -> bool {
     SESSION.load(Ordering::Acquire) != 0
 }
 
+/// The options the active session was started with, if it was started in
+/// this process (not in the parent of a `vfork` child that shares its
+/// memory).
+#[cfg_attr(not(feature = "compiler-hooks"), allow(dead_code))]
+pub(crate) fn session_options() -> Option<Options> {
+    let p = CURRENT.load(Ordering::Acquire);
+    if p.is_null() || SESSION.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    // SAFETY: sessions are leaked; a non-null pointer stays valid.
+    let s = unsafe { &*p };
+    (s.header.pid == std::process::id()).then(|| s.opts.clone())
+}
+
 /// The active session's output file.
 pub fn output_path() -> Option<PathBuf> {
     lazy_start();

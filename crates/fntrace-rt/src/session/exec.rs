@@ -1,5 +1,9 @@
-//! `exec` interposition, for the profiling timer of `gcc -pg` programs.
-//! Part of `session`.
+//! `exec` and `_exit` interposition: the session is finished before an
+//! image is replaced or the process ends without running exit handlers
+//! (`_exit`, what shells such as dash and most forked children end with:
+//! no `atexit` handler runs, see [`super::finish_before_exec`] and
+//! [`_exit`]), and the profiling timer of `gcc -pg` programs is kept from
+//! killing the next image. Part of `session`.
 //!
 //! A `-pg` image's `ITIMER_PROF` timer survives `exec`, its `SIGPROF`
 //! handler does not: the kernel resets a handled signal to the default
@@ -108,6 +112,61 @@ unsafe fn marked_env(envp: *const *const c_char) -> Vec<*const c_char> {
     v
 }
 
+/// Whether `target` names an executable regular file (searched in the
+/// `PATH` directories when `search` and it has no slash), i.e. whether an
+/// `exec` of it will most likely replace the image.
+pub(crate) fn executable(target: &CStr, search: bool) -> bool {
+    let ok = |p: &CStr| {
+        // SAFETY: stat writes the struct we own; access only reads the path.
+        unsafe {
+            let mut st: libc::stat = core::mem::zeroed();
+            libc::stat(p.as_ptr(), &mut st) == 0
+                && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && libc::access(p.as_ptr(), libc::X_OK) == 0
+        }
+    };
+    let b = target.to_bytes();
+    if b.is_empty() {
+        return false;
+    }
+    if !search || b.contains(&b'/') {
+        return ok(target);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+    use std::os::unix::ffi::OsStrExt;
+    path.as_bytes().split(|&c| c == b':').any(|dir| {
+        let mut full = if dir.is_empty() {
+            b".".to_vec()
+        } else {
+            dir.to_vec()
+        };
+        full.push(b'/');
+        full.extend_from_slice(b);
+        std::ffi::CString::new(full).is_ok_and(|c| ok(&c))
+    })
+}
+
+/// Finishes the session before an `exec` of `target` (see
+/// [`super::finish_before_exec`]), runs `call`, and records again if it
+/// returns (the `exec` failed).
+///
+/// # Safety
+/// `target` is null or a NUL-terminated string.
+unsafe fn finishing(target: *const c_char, search: bool, call: impl FnOnce() -> c_int) -> c_int {
+    let t = if target.is_null() {
+        None
+    } else {
+        // SAFETY: the caller's contract.
+        Some(unsafe { CStr::from_ptr(target) })
+    };
+    let resume = super::finish_before_exec(t, search);
+    let r = call();
+    if let Some(o) = resume {
+        super::resume_after_failed_exec(o);
+    }
+    r
+}
+
 /// The next definition of `name` (cached in `slot`), or null.
 fn real(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
     let mut f = slot.load(Ordering::Acquire);
@@ -174,11 +233,13 @@ pub unsafe extern "C" fn execve(
     // SAFETY: `f` is the next `execve`, with this signature; the caller's
     // arguments are passed on (the environment possibly extended).
     unsafe {
-        with_env(
-            f,
-            |e| core::mem::transmute::<*mut c_void, ExecArrays>(f)(path, argv, e),
-            envp,
-        )
+        finishing(path, false, || {
+            with_env(
+                f,
+                |e| core::mem::transmute::<*mut c_void, ExecArrays>(f)(path, argv, e),
+                envp,
+            )
+        })
     }
 }
 
@@ -195,11 +256,13 @@ pub unsafe extern "C" fn execvpe(
     let f = real(&REAL_EXECVPE, c"execvpe");
     // SAFETY: as in `execve`.
     unsafe {
-        with_env(
-            f,
-            |e| core::mem::transmute::<*mut c_void, ExecArrays>(f)(file, argv, e),
-            envp,
-        )
+        finishing(file, true, || {
+            with_env(
+                f,
+                |e| core::mem::transmute::<*mut c_void, ExecArrays>(f)(file, argv, e),
+                envp,
+            )
+        })
     }
 }
 
@@ -216,11 +279,13 @@ pub unsafe extern "C" fn fexecve(
     let f = real(&REAL_FEXECVE, c"fexecve");
     // SAFETY: as in `execve`.
     unsafe {
-        with_env(
-            f,
-            |e| core::mem::transmute::<*mut c_void, Fexecve>(f)(fd, argv, e),
-            envp,
-        )
+        finishing(core::ptr::null(), false, || {
+            with_env(
+                f,
+                |e| core::mem::transmute::<*mut c_void, Fexecve>(f)(fd, argv, e),
+                envp,
+            )
+        })
     }
 }
 
@@ -248,7 +313,11 @@ unsafe fn with_environ(f: *mut c_void, path: *const c_char, argv: *const *const 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
     // SAFETY: the caller's contract.
-    unsafe { with_environ(real(&REAL_EXECV, c"execv"), path, argv) }
+    unsafe {
+        finishing(path, false, || {
+            with_environ(real(&REAL_EXECV, c"execv"), path, argv)
+        })
+    }
 }
 
 /// Interposed `execvp` (see the module documentation).
@@ -258,7 +327,11 @@ pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
     // SAFETY: the caller's contract.
-    unsafe { with_environ(real(&REAL_EXECVP, c"execvp"), file, argv) }
+    unsafe {
+        finishing(file, true, || {
+            with_environ(real(&REAL_EXECVP, c"execvp"), file, argv)
+        })
+    }
 }
 
 // The variadic `execl`, `execle` and `execlp` cannot be written in stable
@@ -267,19 +340,28 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 // variadic call), calls its `prepare_*` function, which runs `prepare`
 // and stores the real function's address, restores them and jumps there
 // with the stack as the caller left it (the arguments past the sixth are
-// on it). Seven pushes keep the call aligned (rsp ≡ 8 mod 16 on entry).
+// on it). Seven pushes keep the call aligned (rsp ≡ 8 mod 16 on entry);
+// rdi, the path, is still the first argument when `prepare_*` is called.
 macro_rules! variadic_exec {
-    ($name:ident, $prep:ident, $slot:ident, $cname:literal) => {
+    ($name:ident, $prep:ident, $slot:ident, $cname:literal, $search:literal) => {
         static $slot: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
-        /// Runs [`prepare`] and returns the real function (or
-        /// [`unavailable`]) for the trampoline to jump to.
-        extern "C" fn $prep() -> *mut c_void {
+        /// Finishes the session if the `exec` of `target` (the caller's
+        /// first argument, still in rdi) will most likely succeed, runs
+        /// [`prepare`] and returns the real function (or [`unavailable`])
+        /// for the trampoline to jump to.
+        extern "C" fn $prep(target: *const c_char) -> *mut c_void {
             let f = real(&$slot, $cname);
             if f.is_null() {
                 return unavailable as *mut c_void;
             }
-            // Not undone: a failed exec returns straight to the caller.
+            let t = (!target.is_null())
+                // SAFETY: the caller passed a NUL-terminated path.
+                .then(|| unsafe { CStr::from_ptr(target) });
+            // A failed exec returns straight to the caller: nothing here
+            // runs again (no new trace; the profiling timer stays
+            // ignored).
+            let _ = super::finish_before_exec(t, $search);
             let _ = prepare();
             f
         }
@@ -315,6 +397,45 @@ macro_rules! variadic_exec {
     };
 }
 
-variadic_exec!(execl, prepare_execl, REAL_EXECL, c"execl");
-variadic_exec!(execle, prepare_execle, REAL_EXECLE, c"execle");
-variadic_exec!(execlp, prepare_execlp, REAL_EXECLP, c"execlp");
+variadic_exec!(execl, prepare_execl, REAL_EXECL, c"execl", false);
+variadic_exec!(execle, prepare_execle, REAL_EXECLE, c"execle", false);
+variadic_exec!(execlp, prepare_execlp, REAL_EXECLP, c"execlp", true);
+
+static REAL_EXIT: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+static REAL_UPPER_EXIT: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Ends the process with `status` through `f` (the next `_exit` or
+/// `_Exit`), or the system call when there is none.
+fn end(f: *mut c_void, status: c_int) -> ! {
+    if !f.is_null() {
+        // SAFETY: `f` is the next `_exit`/`_Exit`, with this signature; it
+        // does not return.
+        unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> !>(f)(status) }
+    }
+    // SAFETY: ends the process.
+    unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    unreachable!("exit_group returned")
+}
+
+/// Interposed `_exit`: finishes the session (as at a normal exit, whose
+/// `atexit` handler `_exit` skips) so that the trace ends clean, then
+/// ends the process. In a `vfork` child (which shares the parent's
+/// session) nothing is finished.
+///
+/// # Safety
+/// As for `_exit`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    super::finish_at_exit();
+    end(real(&REAL_EXIT, c"_exit"), status)
+}
+
+/// Interposed `_Exit` (as [`_exit`]).
+///
+/// # Safety
+/// As for `_Exit`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    super::finish_at_exit();
+    end(real(&REAL_UPPER_EXIT, c"_Exit"), status)
+}

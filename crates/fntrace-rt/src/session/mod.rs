@@ -339,6 +339,59 @@ extern "C" fn at_exit() {
     recorder::finish(true, &|f| count::for_each_arc(f));
 }
 
+/// Before an `exec` that will most likely replace the image (`target`
+/// names an executable regular file: searched in `PATH` when `search` and
+/// it has no slash; `None`: a descriptor, `fexecve`): finishes the
+/// session as at exit, since no exit handler runs in an image that is
+/// replaced, so that the trace ends clean with the writer's counts.
+/// Returns the options to record with again if the `exec` fails after
+/// all. Nothing is done in a `vfork` child (it shares the parent's
+/// memory and session) or while attached (`record -p` ends its window by
+/// itself).
+#[cfg(feature = "compiler-hooks")]
+pub(crate) fn finish_before_exec(target: Option<&std::ffi::CStr>, search: bool) -> Option<Options> {
+    let opts = recorder::session_options()?;
+    if attach::attached() {
+        return None;
+    }
+    if let Some(t) = target
+        && !exec::executable(t, search)
+    {
+        return None;
+    }
+    crate::sched::stop();
+    crate::control::socket::stop();
+    recorder::finish(true, &|f| count::for_each_arc(f));
+    Some(opts)
+}
+
+/// Before `_exit`/`_Exit`: the session ends as at a normal exit (whose
+/// `atexit` handler does not run then), if it is this process's own (not
+/// the parent's, in a `vfork` child).
+#[cfg(feature = "compiler-hooks")]
+pub(crate) fn finish_at_exit() {
+    if recorder::session_options().is_some() {
+        at_exit();
+    }
+}
+
+/// The `exec` after [`finish_before_exec`] failed: recording goes on in a
+/// new file (`PATH.PID`, or `PATH.PID.N`), with the sites as they were.
+#[cfg(feature = "compiler-hooks")]
+pub(crate) fn resume_after_failed_exec(mut opts: Options) {
+    opts.exclusive = true;
+    match recorder::start(&opts) {
+        Ok(p) => {
+            recorder::start_helper();
+            crate::diag::diag!(
+                "fntrace: exec failed after this process's trace was finished; recording goes on in {}",
+                p.display()
+            );
+        }
+        Err(e) => crate::diag::diag!("fntrace: exec failed; cannot record further: {e}"),
+    }
+}
+
 extern "C" fn after_fork_child() {
     // The child shares the parent's MAP_SHARED mapping: it must never write
     // to it. It records nothing unless it starts a session of its own.
