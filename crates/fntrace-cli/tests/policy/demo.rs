@@ -68,10 +68,12 @@ mod inner {
     }
 }
 
-/// Per-function options, listed by `fntrace functions` (called once).
+/// Per-function options, listed by `fntrace functions` (called once; it
+/// lasts longer than its threshold, so its call is kept).
 #[fntrace::instrument_fn(args = "1,2", retval, threshold = "10us")]
 #[inline(never)]
 fn with_options(a: u64, b: u64, c: u64) -> u64 {
+    std::thread::sleep(std::time::Duration::from_micros(200));
     a + b + c
 }
 
