@@ -51,6 +51,44 @@ extern "C" fn exit_entry(slot: u64, rax: u64) -> u64 {
     crate::calls::entry::hook_exit(slot, rax)
 }
 
+/// Saves rax, the six integer argument registers, r10 (static chain) and
+/// r11 at `rsp + 128` to `rsp + 192`: the general-register part of the
+/// frame every full path builds (rdi, word 17, is what `-A` reads). With
+/// [`restore_gprs!`], the one place these offsets are written.
+macro_rules! save_gprs {
+    () => {
+        concat!(
+            "mov [rsp + 128], rax\n",
+            "mov [rsp + 136], rdi\n",
+            "mov [rsp + 144], rsi\n",
+            "mov [rsp + 152], rdx\n",
+            "mov [rsp + 160], rcx\n",
+            "mov [rsp + 168], r8\n",
+            "mov [rsp + 176], r9\n",
+            "mov [rsp + 184], r10\n",
+            "mov [rsp + 192], r11\n",
+        )
+    };
+}
+
+/// Restores what [`save_gprs!`] saved.
+macro_rules! restore_gprs {
+    () => {
+        concat!(
+            "mov rax, [rsp + 128]\n",
+            "mov rdi, [rsp + 136]\n",
+            "mov rsi, [rsp + 144]\n",
+            "mov rdx, [rsp + 152]\n",
+            "mov rcx, [rsp + 160]\n",
+            "mov r8, [rsp + 168]\n",
+            "mov r9, [rsp + 176]\n",
+            "mov r10, [rsp + 184]\n",
+            "mov r11, [rsp + 192]\n",
+        )
+    };
+}
+pub(crate) use {restore_gprs, save_gprs};
+
 /// A trampoline that runs a Rust handler before a function's body with
 /// every argument register preserved: `$pre` (tests; may jump to `2f`,
 /// the plain return), an aligned frame (rbp = our frame, `[rbp + 8]` our
@@ -71,15 +109,7 @@ macro_rules! saving_trampoline {
             "mov rbp, rsp",
             "and rsp, -16",
             "sub rsp, 208",
-            "mov [rsp + 128], rax",
-            "mov [rsp + 136], rdi",
-            "mov [rsp + 144], rsi",
-            "mov [rsp + 152], rdx",
-            "mov [rsp + 160], rcx",
-            "mov [rsp + 168], r8",
-            "mov [rsp + 176], r9",
-            "mov [rsp + 184], r10",
-            "mov [rsp + 192], r11",
+            crate::calls::tramp::save_gprs!(),
             "movaps [rsp], xmm0",
             "movaps [rsp + 16], xmm1",
             "movaps [rsp + 32], xmm2",
@@ -99,15 +129,7 @@ macro_rules! saving_trampoline {
             "movaps xmm5, [rsp + 80]",
             "movaps xmm6, [rsp + 96]",
             "movaps xmm7, [rsp + 112]",
-            "mov rax, [rsp + 128]",
-            "mov rdi, [rsp + 136]",
-            "mov rsi, [rsp + 144]",
-            "mov rdx, [rsp + 152]",
-            "mov rcx, [rsp + 160]",
-            "mov r8, [rsp + 168]",
-            "mov r9, [rsp + 176]",
-            "mov r10, [rsp + 184]",
-            "mov r11, [rsp + 192]",
+            crate::calls::tramp::restore_gprs!(),
             "mov rsp, rbp",
             "pop rbp",
             "2:",
