@@ -314,14 +314,25 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
     }
     let children = crate::tracefile::child_traces(&output);
     if !children.is_empty() {
+        // A process tree (a shell script, `make`) can leave hundreds: the
+        // first few are named, `report --children` reads them all.
+        const SHOWN: usize = 8;
+        let mut names: Vec<String> = children
+            .iter()
+            .take(SHOWN)
+            .map(|p| p.display().to_string())
+            .collect();
+        if children.len() > SHOWN {
+            names.push(format!(
+                "... and {} more (fntrace report --children {} reads them all)",
+                children.len() - SHOWN,
+                output.display()
+            ));
+        }
         eprintln!(
             "fntrace: {} more trace(s) from child processes or exec'd images: {}",
             children.len(),
-            children
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(" ")
+            names.join(" ")
         );
     }
     if let Some(sig) = status.signal() {
