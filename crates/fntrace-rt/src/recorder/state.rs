@@ -266,9 +266,9 @@ macro_rules! sh_capacity {
 
 #[cfg(feature = "compiler-hooks")]
 pub(crate) use {
-    pend_capacity, t_pend_base, t_pend_captured, t_pend_fast, t_pend_len, t_pend_over,
-    t_pend_written, sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit, t_pos, t_session, t_sh_base,
-    t_sh_len, t_sh_overflow, t_sh_restored,
+    pend_capacity, sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit, t_pend_base,
+    t_pend_captured, t_pend_fast, t_pend_len, t_pend_over, t_pend_written, t_pos, t_session,
+    t_sh_base, t_sh_len, t_sh_overflow, t_sh_restored,
 };
 
 /// The offsets above checked against `offset_of!`.
