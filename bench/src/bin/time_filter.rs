@@ -5,7 +5,8 @@
 //!
 //! The shared fib workload (`examples/workloads/fib.c`) is built with each
 //! gcc mechanism (`-pg`, `-pg -mfentry`, `-finstrument-functions`,
-//! `-fpatchable-function-entry=5`) and run bare, recording everything,
+//! `-fpatchable-function-entry=5`) and with clang's XRay (`clang-14
+//! -fxray-instrument -fxray-instruction-threshold=1`), and run bare, recording everything,
 //! and with `-t 10us`, alternating, through the preload runtime directly
 //! (`LD_PRELOAD` and the `FNTRACE_*` variables `record` would set, so that
 //! `record`'s own summary is not measured), timed in CPU time (user +
@@ -74,28 +75,35 @@ fn main() {
         "{:<32} {:>10} {:>10} {:>10} {:>12} {:>12}",
         "mechanism", "all", "-t 10us", "ratio", "size all", "size -t"
     );
-    for (name, flags) in [
-        ("gcc -pg", &["-pg"][..]),
-        ("gcc -pg -mfentry", &["-pg", "-mfentry"][..]),
+    for (name, cc, flags) in [
+        ("gcc -pg", "gcc", &["-pg"][..]),
+        ("gcc -pg -mfentry", "gcc", &["-pg", "-mfentry"][..]),
         (
             "gcc -finstrument-functions",
+            "gcc",
             &["-finstrument-functions"][..],
         ),
         (
             "gcc -fpatchable-function-entry=5",
+            "gcc",
             &["-fpatchable-function-entry=5"][..],
+        ),
+        (
+            "clang-14 -fxray-instrument",
+            "clang-14",
+            &["-fxray-instrument", "-fxray-instruction-threshold=1"][..],
         ),
     ] {
         let bin = dir.join("fib");
-        let st = Command::new("gcc")
+        let st = Command::new(cc)
             .args(["-O2", "-fno-optimize-sibling-calls"])
             .args(flags)
             .arg("-o")
             .arg(&bin)
             .arg(&src)
             .status()
-            .expect("gcc");
-        assert!(st.success());
+            .expect(cc);
+        assert!(st.success(), "{cc} failed");
         let (mut bare, mut all, mut tf) = (vec![], vec![], vec![]);
         let (mut size_all, mut size_tf) = (0, 0);
         for _ in 0..ROUNDS {

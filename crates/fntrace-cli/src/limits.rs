@@ -70,7 +70,7 @@ pub fn settings_text(trace: &Trace) -> String {
 /// One line per limit that cut the recording short or dropped events
 /// (empty when none did): the size limit with when it was reached and how
 /// many events were dropped, recording stopped by `--duration`, the time
-/// filter.
+/// filter, the functions whose `#[instrument_fn(threshold)]` was applied.
 pub fn notes(trace: &Trace) -> Vec<String> {
     let m = trace.metadata();
     let clock = Clock::of(trace);
@@ -88,6 +88,20 @@ pub fn notes(trace: &Trace) -> Vec<String> {
             "time filter: only calls that lasted at least {} (and the calls they happened in) \
              were recorded; counts and totals are of those calls",
             fmt_ns(tf).trim()
+        ));
+    }
+    let fns = m.fn_thresholds();
+    if !fns.is_empty() {
+        let mut sym = crate::symbols::Symbolizer::new(m);
+        let list: Vec<String> = fns
+            .iter()
+            .map(|&(f, ns)| format!("{} {}", sym.name(f), fmt_ns(ns).trim()))
+            .collect();
+        v.push(format!(
+            "#[instrument_fn(threshold)]: calls of {} shorter than that were not recorded, nor \
+             what they called; counts of those functions are of the kept calls (a call whose \
+             events filled the 65,536-event buffer was kept whatever its length)",
+            list.join(", ")
         ));
     }
     let max_size = m

@@ -5,6 +5,7 @@
 //! it); the quick ones are gone with what they called; `plain`, which has
 //! no threshold, keeps every call with its callees. Then the same with
 //! `-t 1ms` on top: `plain` and the quick `inner`/`leaf` calls go too.
+//! `record`'s summary and `info` name the function and its threshold.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -69,6 +70,17 @@ fn check(mode: &str, exe: &std::path::Path, dir: &std::path::Path, opts: &[&str]
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "true\n", "{mode}");
+    // The trace says which functions' counts are of their long calls only
+    // (record's summary and info, from the trace's setting records).
+    let said = "#[instrument_fn(threshold)]: calls of thr::maybe_slow 40.000 ms shorter than that were not recorded";
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(said), "{mode}: {err}");
+    let info = Command::new(env!("CARGO_BIN_EXE_fntrace"))
+        .args(["info", data.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(info.contains(said), "{mode}: {info}");
     let e = edges(&data);
     let get = |a: &str, b: &str| e.get(&(a.to_string(), b.to_string())).copied();
     let slow = N.div_ceil(2);

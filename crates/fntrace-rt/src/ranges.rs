@@ -75,6 +75,16 @@ impl<T: Copy + 'static> RangeTable<T> {
         true
     }
 
+    /// Every range of the published table (start, end, value).
+    pub(crate) fn entries(&self) -> Vec<(u64, u64, T)> {
+        let p = self.table.load(Ordering::Acquire);
+        if p.is_null() {
+            return vec![];
+        }
+        // SAFETY: published tables are leaked, never freed or changed.
+        unsafe { (*p).clone() }
+    }
+
     /// The value of the function containing `addr`, if it is in the table.
     #[inline]
     pub(crate) fn lookup(&self, addr: u64) -> Option<T> {

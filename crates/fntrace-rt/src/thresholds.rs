@@ -61,6 +61,16 @@ pub(crate) fn any() -> bool {
     ANY.load(Ordering::Relaxed)
 }
 
+/// Every function with a threshold: (its start address, the threshold in
+/// nanoseconds), for the trace's setting records.
+pub(crate) fn list() -> Vec<(u64, u64)> {
+    TABLE
+        .entries()
+        .into_iter()
+        .map(|(s, _, ns)| (s, ns))
+        .collect()
+}
+
 /// The threshold in nanoseconds of the function starting at (or
 /// containing) `func` (0: none): what the recorder's
 /// `Options::fn_threshold` is given.

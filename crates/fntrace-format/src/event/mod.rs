@@ -78,6 +78,11 @@ pub const EXT_SETTING: u64 = 1;
 
 /// Setting key: the record-time time filter in nanoseconds (`record -t`).
 pub const SETTING_TIME_FILTER: &str = "time-filter-ns";
+/// Setting key: a function with `#[instrument_fn(threshold)]` (one record
+/// per function): its key (address) in hex and its threshold in
+/// nanoseconds, `0x5555… 40000000`. Its calls shorter than that, and what
+/// they called, were not recorded.
+pub const SETTING_FN_THRESHOLD: &str = "fn-threshold";
 /// Setting key: the size limit in bytes (`record --max-size`).
 pub const SETTING_MAX_SIZE: &str = "max-size";
 /// Setting key: recording stops this many nanoseconds after it started

@@ -126,6 +126,20 @@ impl Metadata {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The functions with `#[instrument_fn(threshold)]` the recording
+    /// applied: (function key, threshold in nanoseconds).
+    pub fn fn_thresholds(&self) -> Vec<(u64, u64)> {
+        self.settings
+            .iter()
+            .filter(|(k, _)| k == crate::event::SETTING_FN_THRESHOLD)
+            .filter_map(|(_, v)| {
+                let (f, ns) = v.split_once(' ')?;
+                let f = u64::from_str_radix(f.strip_prefix("0x")?, 16).ok()?;
+                Some((f, ns.parse().ok()?))
+            })
+            .collect()
+    }
+
     /// The record-time time filter in nanoseconds (`record -t`): only
     /// calls that lasted at least this long, and their callers, were
     /// recorded. 0 when none.

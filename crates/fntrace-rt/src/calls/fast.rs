@@ -21,6 +21,17 @@
 //! lost instead of interleaving its events. A chunk filled by the event is
 //! switched by calling [`fntrace_fast_switch`] (every register saved).
 //!
+//! The record-time time filter (`-t`, `FEAT_TIME` alone) has a fast path
+//! of its own, taken once the thread's `pend.fast` threshold is set (the
+//! Rust path sets it at the thread's first held call; it stays 0 while
+//! some function has a threshold of its own): an entry reads the TSC and
+//! stores a 16-byte held call (`recorder::pending`), nothing encoded, no
+//! chunk touched; an exit reads the TSC and, for a held call shorter than
+//! the threshold, pops it, and nothing is written. Everything else (a long
+//! call, whose held callers are written; a call written already; a full
+//! stack) bails out to the Rust path (`pending::enter`/`exit`), which
+//! does the same and more.
+//!
 //! Register use, for the trampolines' documentation:
 //! - entries (`fast_entry!`, also the XRay tail exit, `fast_exit!` with
 //!   [`fast_push_args!`]): rax, rdx, rcx, rsi, r8, r9, r11 are pushed and
@@ -55,8 +66,9 @@ pub(crate) use {fast_pop_args, fast_push_args};
 
 /// The thread state into r11 and the checks every fast path makes: a
 /// session is active (a thread that never attached has session 0 too),
-/// the thread is attached to it, no hot-path feature is on, the thread is
-/// not inside the recorder. Jumps to `89f` otherwise.
+/// the thread is attached to it, no hot-path feature but the time filter
+/// (`FEAT_TIME`, 16) is on, the thread is not inside the recorder. Jumps
+/// to `89f` otherwise.
 /// Operands: `session` (`recorder::SESSION`), `features`
 /// (`features::FEATURES`).
 macro_rules! fast_checks {
@@ -71,7 +83,7 @@ macro_rules! fast_checks {
             $crate::recorder::t_session!(),
             "], eax\n",
             "jne 89f\n",
-            "cmp dword ptr [rip + {features}], 0\n",
+            "test dword ptr [rip + {features}], 0xffffffef\n",
             "jne 89f\n",
             "cmp byte ptr [r11 + ",
             $crate::recorder::t_busy!(),
@@ -248,6 +260,114 @@ macro_rules! fast_tail {
 }
 pub(crate) use fast_tail;
 
+/// The entry under the time filter (`FEAT_TIME` is the only feature): the
+/// call `r8` is held (its TSC and function stored on the thread's
+/// `pend` stack); bails out (`89f` before setting `busy`, `88f` after)
+/// when the thread's `pend.fast` is 0, the stack is full, calls were
+/// opened past it or values were captured. Leaves rdx 0 (below any chunk
+/// limit, for [`fast_tail!`]) and jumps to `51f`, the shadow frame's push.
+/// Clobbers rax, rcx, rdx, rsi.
+macro_rules! fast_time_entry {
+    () => {
+        concat!(
+            "cmp qword ptr [r11 + ",
+            $crate::recorder::t_pend_fast!(),
+            "], 0\n",
+            "je 89f\n",
+            "mov byte ptr [r11 + ",
+            $crate::recorder::t_busy!(),
+            "], 1\n",
+            "mov ecx, dword ptr [r11 + ",
+            $crate::recorder::t_pend_len!(),
+            "]\n",
+            "cmp ecx, ",
+            $crate::recorder::pend_capacity!(),
+            "\n",
+            "jae 88f\n",
+            "cmp dword ptr [r11 + ",
+            $crate::recorder::t_pend_over!(),
+            "], 0\n",
+            "jne 88f\n",
+            "cmp byte ptr [r11 + ",
+            $crate::recorder::t_pend_captured!(),
+            "], 0\n",
+            "jne 88f\n",
+            // `fast` is only set once `base` is reserved.
+            "mov rsi, qword ptr [r11 + ",
+            $crate::recorder::t_pend_base!(),
+            "]\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "shl rcx, 4\n",
+            "mov qword ptr [rsi + rcx], rax\n",
+            "mov qword ptr [rsi + rcx + 8], r8\n",
+            "inc dword ptr [r11 + ",
+            $crate::recorder::t_pend_len!(),
+            "]\n",
+            "xor edx, edx\n",
+            "jmp 51f\n",
+        )
+    };
+}
+pub(crate) use fast_time_entry;
+
+/// The exit under the time filter, `busy` not set yet: the newest held
+/// call, not written yet, lasted less than `pend.fast` ticks: it is
+/// popped with the newest shadow frame (nothing is written). Anything else
+/// bails out (`89f`/`88f`) to the Rust path, which writes a long call.
+/// Leaves rdx 0 for [`fast_tail!`], then jumps to `57f`. Clobbers rax,
+/// rcx, rdx, rsi.
+macro_rules! fast_time_exit {
+    () => {
+        concat!(
+            "mov rsi, qword ptr [r11 + ",
+            $crate::recorder::t_pend_fast!(),
+            "]\n",
+            "test rsi, rsi\n",
+            "jz 89f\n",
+            "mov byte ptr [r11 + ",
+            $crate::recorder::t_busy!(),
+            "], 1\n",
+            "mov ecx, dword ptr [r11 + ",
+            $crate::recorder::t_pend_len!(),
+            "]\n",
+            "cmp ecx, dword ptr [r11 + ",
+            $crate::recorder::t_pend_written!(),
+            "]\n",
+            "jbe 88f\n",
+            "cmp dword ptr [r11 + ",
+            $crate::recorder::t_pend_over!(),
+            "], 0\n",
+            "jne 88f\n",
+            "cmp byte ptr [r11 + ",
+            $crate::recorder::t_pend_captured!(),
+            "], 0\n",
+            "jne 88f\n",
+            "dec ecx\n",
+            "shl rcx, 4\n",
+            "add rcx, qword ptr [r11 + ",
+            $crate::recorder::t_pend_base!(),
+            "]\n",
+            "rdtsc\n",
+            "shl rdx, 32\n",
+            "or rax, rdx\n",
+            "sub rax, qword ptr [rcx]\n",
+            "cmp rax, rsi\n",
+            "jae 88f\n",
+            "dec dword ptr [r11 + ",
+            $crate::recorder::t_pend_len!(),
+            "]\n",
+            "dec qword ptr [r11 + ",
+            $crate::recorder::t_sh_len!(),
+            "]\n",
+            "xor edx, edx\n",
+            "jmp 57f\n",
+        )
+    };
+}
+pub(crate) use fast_time_exit;
+
 /// The entry fast path: `$push` saves what it must of rax, rdx, rcx, rsi,
 /// r8, r9 and r11 (usually [`fast_push_args!`]), `$func` loads the
 /// function key into r8 (it may jump to `89f`); `$restored_check` is
@@ -286,6 +406,10 @@ macro_rules! fast_entry {
             $mark,
             "cmp qword ptr [rax + rcx - 24], r9\n",
             "jbe 89f\n",
+            "cmp dword ptr [rip + {features}], 0\n",
+            "je 53f\n",
+            $crate::calls::fast::fast_time_entry!(),
+            "53:\n",
             $crate::calls::fast::fast_delta!(),
             "cmp r8, qword ptr [r11 + ",
             $crate::recorder::t_last_func!(),
@@ -314,6 +438,7 @@ macro_rules! fast_entry {
             "inc dword ptr [r11 + ",
             $crate::recorder::t_depth!(),
             "]\n",
+            "51:\n",
             // The shadow frame at base + len * 32: ret, slot, func, flags.
             "mov rcx, qword ptr [r11 + ",
             $crate::recorder::t_sh_len!(),
@@ -384,12 +509,22 @@ macro_rules! check_restored {
 }
 pub(crate) use check_restored;
 
-/// The exit record (1cdddddd and the rest of the delta) of the thread in
-/// r11 with `busy` already set by [`fast_delta!`]; pops the newest shadow
-/// frame and decrements the depth.
+/// The exit of the thread in r11 once its newest shadow frame matched:
+/// under the time filter [`fast_time_exit!`]; otherwise (the depth must
+/// not be 0) the exit record (1cdddddd and the rest of the delta), `busy`
+/// set by [`fast_delta!`], the newest shadow frame popped and the depth
+/// decremented.
 macro_rules! fast_exit_record {
     () => {
         concat!(
+            "cmp dword ptr [rip + {features}], 0\n",
+            "je 56f\n",
+            $crate::calls::fast::fast_time_exit!(),
+            "56:\n",
+            "cmp dword ptr [r11 + ",
+            $crate::recorder::t_depth!(),
+            "], 0\n",
+            "je 89f\n",
             $crate::calls::fast::fast_delta!(),
             $crate::calls::fast::fast_first!("6", "0x3f", "0x80", "6", "60", "61", "62"),
             $crate::calls::fast::fast_store!(),
@@ -399,13 +534,14 @@ macro_rules! fast_exit_record {
             "dec qword ptr [r11 + ",
             $crate::recorder::t_sh_len!(),
             "]\n",
+            "57:\n",
         )
     };
 }
 pub(crate) use fast_exit_record;
 
 /// The checks on the newest shadow frame before an exit: there is one,
-/// the depth is not 0, and `$match` (comparing the frame at rax) holds.
+/// and `$match` (comparing the frame at rax) holds.
 /// Leaves the frame's address in rax.
 macro_rules! fast_top {
     ($match:expr) => {
@@ -415,10 +551,6 @@ macro_rules! fast_top {
             "]\n",
             "test rcx, rcx\n",
             "jz 89f\n",
-            "cmp dword ptr [r11 + ",
-            $crate::recorder::t_depth!(),
-            "], 0\n",
-            "je 89f\n",
             "mov rax, rcx\n",
             "shl rax, 5\n",
             "add rax, qword ptr [r11 + ",

@@ -2,9 +2,11 @@
 //! calls of a function that starts with `call __fentry__` (what
 //! `gcc -pg -mfentry` emits), with the thread's last timestamp and last
 //! function set so that the deltas and function deltas take every
-//! encoded length.
+//! encoded length; and the time filter's fast path (`-t`), which holds
+//! and drops short calls without the Rust path and without writing.
 
 use std::ptr;
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 use fntrace_format::event::MAX_COMPACT_LEN;
@@ -24,8 +26,12 @@ extern "C" fn probe() {
     )
 }
 
+/// One recording session at a time in this process.
+static ONE: Mutex<()> = Mutex::new(());
+
 #[test]
 fn fast_path_events_decode() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let path = std::env::temp_dir().join(format!("fntrace-fast-{}.data", std::process::id()));
     recorder::start(&Options {
         path: path.clone(),
@@ -127,4 +133,86 @@ fn fast_path_events_decode() {
     })
     .join()
     .unwrap();
+}
+
+/// Sleeps the time filter test's long call.
+extern "C" fn sleep_long() {
+    std::thread::sleep(std::time::Duration::from_millis(LONG_MS));
+}
+
+/// The long call's duration, above the threshold below.
+const LONG_MS: u64 = 60;
+/// The time filter's threshold: far above a short call even when the
+/// thread is preempted (nothing a loaded machine does to a call of a few
+/// instructions takes 20 ms).
+const THRESHOLD_MS: u64 = 20;
+
+/// A function instrumented like `gcc -pg -mfentry` output that sleeps
+/// [`LONG_MS`].
+#[unsafe(naked)]
+extern "C" fn probe_long() {
+    core::arch::naked_asm!(
+        "call {f}",
+        "push rax",
+        "call {s}",
+        "pop rax",
+        "ret",
+        f = sym super::tramp::__fentry__,
+        s = sym sleep_long,
+    )
+}
+
+#[test]
+fn time_filter_fast_path_drops_short_calls_and_writes_long_ones() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let path = std::env::temp_dir().join(format!("fntrace-fast-t-{}.data", std::process::id()));
+    recorder::start(&Options {
+        path: path.clone(),
+        max_size: 1 << 30,
+        time_filter_ns: THRESHOLD_MS * 1_000_000,
+        ..Options::new(path.clone())
+    })
+    .unwrap();
+    let func = probe as *const () as u64;
+    let long = probe_long as *const () as u64;
+    // Attach and reserve the held calls (the Rust path, which arms the
+    // fast one).
+    probe();
+    let t = state();
+    assert_eq!(t.session, SESSION.load(Ordering::Relaxed));
+    assert_ne!(t.pend.fast, 0);
+    let pos = t.cur.pos;
+    let before = RUST_ENTRIES.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        probe();
+    }
+    let t = state();
+    // Every short call went through the assembly: held, dropped, nothing
+    // written.
+    assert_eq!(RUST_ENTRIES.load(Ordering::Relaxed), before);
+    assert_eq!(t.cur.pos, pos);
+    assert_eq!((t.pend.len, t.pend.written, t.shadow.len), (0, 0, 0));
+    // A long call: held by the assembly, written at its exit by the Rust
+    // path (the exit bails out), entry then exit, as long as it lasted.
+    let (last_tsc, last_func) = (t.cur.last_tsc, t.cur.last_func);
+    probe_long();
+    let t = state();
+    assert_eq!(RUST_ENTRIES.load(Ordering::Relaxed), before);
+    assert_eq!((t.pend.len, t.pend.written, t.shadow.len), (0, 0, 0));
+    // SAFETY: the bytes between the two positions were just written by
+    // this thread into the mapped chunk (asserted: no chunk switch).
+    let bytes = unsafe { core::slice::from_raw_parts(pos, t.cur.pos.offset_from(pos) as usize) };
+    assert!(t.cur.pos > pos && bytes.len() <= 2 * MAX_COMPACT_LEN);
+    let mut dec = Decoder::resume(bytes, 0, last_tsc, last_func);
+    let entry = dec.next_compact().unwrap().unwrap();
+    let exit = dec.next_compact().unwrap().unwrap();
+    assert_eq!(dec.position(), bytes.len(), "{bytes:x?}");
+    assert_eq!((entry.0, entry.1, exit.0), (0, long, 1));
+    // SAFETY: reads the session's header of a live session.
+    let hz = unsafe { (*t.session_ptr).header.tsc_hz };
+    let lasted_ms = (exit.2 - entry.2) as u128 * 1000 / u128::from(hz);
+    assert!(lasted_ms >= u128::from(LONG_MS), "{lasted_ms} ms");
+    assert_ne!(long, func);
+    recorder::finish(false, &|_| {});
+    let _ = std::fs::remove_file(&path);
 }

@@ -78,8 +78,8 @@ const ROOM: usize = MAX_COMPACT_LEN + 64;
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Held {
-    tsc: u64,
-    func: u64,
+    pub(crate) tsc: u64,
+    pub(crate) func: u64,
 }
 
 /// What `-A`/`-R` captured for a held-back call, in a parallel array
@@ -127,10 +127,29 @@ const LOG_RET: u64 = 3 << 62;
 
 /// A thread's stack of calls open under the time filter. All-zero is the
 /// empty, unreserved stack (it lives in the sink's zero-initialised TLS
-/// block).
+/// block). `repr(C)`: the assembly fast path (`calls::fast`) pushes and
+/// pops held calls itself; the fields it uses come first, at the offsets
+/// `recorder::state` states and checks.
 #[repr(C)]
 pub(crate) struct Pending {
-    base: *mut Held,
+    pub(crate) base: *mut Held,
+    /// Open calls on the stack.
+    pub(crate) len: u32,
+    /// The oldest `written` of them are written (their entries are in the
+    /// stream).
+    pub(crate) written: u32,
+    /// Calls opened past [`CAPACITY`], written at once.
+    pub(crate) over: u32,
+    /// Some `extra` slot may hold values of an earlier call (cleared
+    /// by `enter` while set).
+    pub(crate) captured: bool,
+    /// The reservation failed; never try again.
+    failed: bool,
+    /// The threshold in ticks the assembly fast path decides with, 0 when
+    /// it must take the Rust path: set by [`enter`] once `base` is
+    /// reserved, while no function has a threshold of its own; cleared by
+    /// [`Pending::reset`] (a new session may have another threshold).
+    pub(crate) fast: u64,
     /// Parallel to `base`: captured values (reserved with it).
     extra: *mut Extra,
     /// Parallel to `base`: per-function threshold bookkeeping.
@@ -141,18 +160,6 @@ pub(crate) struct Pending {
     log_len: u32,
     /// Open calls with a threshold of their own, not written yet.
     defer: u32,
-    /// Some `extra` slot may hold values of an earlier call (cleared
-    /// by `enter` while set).
-    captured: bool,
-    /// Open calls on the stack.
-    len: u32,
-    /// The oldest `written` of them are written (their entries are in the
-    /// stream).
-    written: u32,
-    /// Calls opened past [`CAPACITY`], written at once.
-    over: u32,
-    /// The reservation failed; never try again.
-    failed: bool,
 }
 
 impl Pending {
@@ -163,6 +170,7 @@ impl Pending {
         self.over = 0;
         self.log_len = 0;
         self.defer = 0;
+        self.fast = 0;
     }
 
     fn aux(&mut self, i: usize) -> &mut Aux {
@@ -321,6 +329,10 @@ pub(crate) fn enter(t: &mut ThreadState, func: u64) {
     }
     if FN_ON.load(Ordering::Relaxed) {
         fn_enter(t, i, func, now);
+    } else {
+        // The assembly fast path may hold and drop this thread's calls
+        // from now on (`base` is reserved).
+        t.pend.fast = THRESHOLD.load(Ordering::Relaxed);
     }
 }
 

@@ -214,6 +214,49 @@ macro_rules! t_sh_restored {
         "104"
     };
 }
+/// Offset of `ThreadState::pend.base` (the held calls of the time filter,
+/// 16 bytes each: TSC, function).
+macro_rules! t_pend_base {
+    () => {
+        "160"
+    };
+}
+/// Offset of `ThreadState::pend.len` (u32).
+macro_rules! t_pend_len {
+    () => {
+        "168"
+    };
+}
+/// Offset of `ThreadState::pend.written` (u32).
+macro_rules! t_pend_written {
+    () => {
+        "172"
+    };
+}
+/// Offset of `ThreadState::pend.over` (u32).
+macro_rules! t_pend_over {
+    () => {
+        "176"
+    };
+}
+/// Offset of `ThreadState::pend.captured` (bool).
+macro_rules! t_pend_captured {
+    () => {
+        "180"
+    };
+}
+/// Offset of `ThreadState::pend.fast` (u64).
+macro_rules! t_pend_fast {
+    () => {
+        "184"
+    };
+}
+/// `pending::CAPACITY`.
+macro_rules! pend_capacity {
+    () => {
+        "65536"
+    };
+}
 /// `shadow::CAPACITY`.
 macro_rules! sh_capacity {
     () => {
@@ -223,14 +266,15 @@ macro_rules! sh_capacity {
 
 #[cfg(feature = "compiler-hooks")]
 pub(crate) use {
-    sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit, t_pos, t_session, t_sh_base,
-    t_sh_len, t_sh_overflow, t_sh_restored,
+    pend_capacity, sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit, t_pend_base,
+    t_pend_captured, t_pend_fast, t_pend_len, t_pend_over, t_pend_written, t_pos, t_session,
+    t_sh_base, t_sh_len, t_sh_overflow, t_sh_restored,
 };
 
 /// The offsets above checked against `offset_of!`.
 #[cfg(feature = "compiler-hooks")]
 mod fast_layout {
-    use super::super::shadow;
+    use super::super::{pending, shadow};
     use super::ThreadState;
     use core::mem::offset_of;
 
@@ -258,6 +302,17 @@ mod fast_layout {
         assert!(num(t_sh_overflow!()) == offset_of!(ThreadState, shadow.overflow));
         assert!(num(t_sh_restored!()) == offset_of!(ThreadState, shadow.restored));
         assert!(num(sh_capacity!()) == shadow::CAPACITY);
+        assert!(num(t_pend_base!()) == offset_of!(ThreadState, pend.base));
+        assert!(num(t_pend_len!()) == offset_of!(ThreadState, pend.len));
+        assert!(num(t_pend_written!()) == offset_of!(ThreadState, pend.written));
+        assert!(num(t_pend_over!()) == offset_of!(ThreadState, pend.over));
+        assert!(num(t_pend_captured!()) == offset_of!(ThreadState, pend.captured));
+        assert!(num(t_pend_fast!()) == offset_of!(ThreadState, pend.fast));
+        assert!(num(pend_capacity!()) == pending::CAPACITY);
+        // Held: tsc, func (the stores and the load of the fast path).
+        assert!(offset_of!(pending::Held, tsc) == 0);
+        assert!(offset_of!(pending::Held, func) == 8);
+        assert!(core::mem::size_of::<pending::Held>() == 16);
         // Frame: ret, slot, func, flags (the frame stores of the fast path).
         assert!(offset_of!(shadow::Frame, ret) == 0);
         assert!(offset_of!(shadow::Frame, slot) == 8);

@@ -133,8 +133,8 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
 /// records (readers show them and qualify what they count).
 fn settings(cfg: &Config) -> Vec<(String, String)> {
     use fntrace_format::event::{
-        SETTING_DEPTH, SETTING_DURATION, SETTING_FILTER, SETTING_MAX_SIZE, SETTING_NOTRACE,
-        SETTING_PATCH, SETTING_TIME_FILTER,
+        SETTING_DEPTH, SETTING_DURATION, SETTING_FILTER, SETTING_FN_THRESHOLD, SETTING_MAX_SIZE,
+        SETTING_NOTRACE, SETTING_PATCH, SETTING_TIME_FILTER,
     };
     let mut v = vec![(SETTING_MAX_SIZE.to_string(), cfg.max_size.to_string())];
     for (key, n) in [
@@ -153,6 +153,13 @@ fn settings(cfg: &Config) -> Vec<(String, String)> {
     ] {
         v.extend(list.iter().map(|p| (key.to_string(), p.clone())));
     }
+    // `#[instrument_fn(threshold)]`: one record per function (its address,
+    // the trace's key of its calls, and the threshold).
+    v.extend(
+        crate::thresholds::list()
+            .into_iter()
+            .map(|(f, ns)| (SETTING_FN_THRESHOLD.to_string(), format!("{f:#x} {ns}"))),
+    );
     v
 }
 
