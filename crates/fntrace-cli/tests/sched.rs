@@ -398,6 +398,10 @@ fn intervals_whose_switches_are_on_different_cpus_are_paired() {
     );
 }
 
+/// One of the sleeps on the HTML page: `nanosleep` of 50 ms cannot end
+/// sooner, and the page's two clocks are mapped to within microseconds.
+const NAP_SLEEP_MIN_NS: f64 = 49_500_000.0;
+
 #[test]
 fn the_html_timeline_draws_off_cpu_slices_under_the_call_they_happened_in() {
     let dir = tempfile::tempdir().unwrap();
@@ -408,17 +412,51 @@ fn the_html_timeline_draws_off_cpu_slices_under_the_call_they_happened_in() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("off-CPU interval(s)"), "the page's note");
     // Headless Chromium decodes the page's data and draws it; the
-    // #selftest listing has a line per call and per off-CPU interval.
+    // #selftest listing has a line per call and per off-CPU interval, and
+    // per thread the colour drawn and the tooltip at its longest blocked and
+    // longest preempted interval.
     let url = format!("file://{}#selftest", html.display());
     let (dom, _) = common::chromium_dom(dir.path(), &url);
     let text = common::selftest_text(&dom);
-    for (&tid, &s) in &slept {
-        let t = tid.to_string();
-        let lines: Vec<Vec<&str>> = text
-            .lines()
-            .map(|l| l.splitn(7, ' ').collect::<Vec<_>>())
-            .filter(|f| f[0] == t)
-            .collect();
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.splitn(7, ' ').collect::<Vec<_>>())
+        .collect();
+    // "tid offcpu depth start dur blocked|preempted function".
+    let is_nap_sleep = |f: &Vec<&str>| {
+        f[1] == "offcpu"
+            && f[5] == "blocked"
+            && f[6] == "nap"
+            && f[4].parse::<f64>().unwrap() >= NAP_SLEEP_MIN_NS
+    };
+    let tids: std::collections::HashSet<&str> = lines.iter().map(|f| f[0]).collect();
+    assert_eq!(tids.len(), 4, "main and three sleepers: {tids:?}");
+    let mut sleeps = 0;
+    for tid in tids {
+        let lines: Vec<&Vec<&str>> = lines.iter().filter(|f| f[0] == tid).collect();
+        let tid = tid.parse::<u32>().unwrap();
+        let drawn = |kind: &str| {
+            lines
+                .iter()
+                .find(|f| f[1] == "offcpu-drawn" && f[3..].join(" ").starts_with(kind))
+        };
+        // A preemption (in spin, mostly), when there was one: amber
+        // (#e0a526), its tooltip saying so.
+        if let Some(p) = drawn("off CPU (preempted) in ") {
+            assert_eq!(p[2], "224,165,38", "[{tid}]: preempted colour: {p:?}");
+        }
+        let Some(&s) = slept.get(&tid) else {
+            // The main thread sleeps in pthread_join, inside main; no nap.
+            assert!(
+                !lines.iter().any(|f| is_nap_sleep(f)),
+                "main [{tid}]: a nap sleep"
+            );
+            assert!(
+                lines.iter().any(|f| f[1] == "offcpu" && f[6] == "main"),
+                "main [{tid}]: no off-CPU slice in main"
+            );
+            continue;
+        };
         // nap: "tid depth start dur nap".
         let nap = lines
             .iter()
@@ -429,17 +467,11 @@ fn the_html_timeline_draws_off_cpu_slices_under_the_call_they_happened_in() {
             nap[2].parse().unwrap(),
             nap[3].parse().unwrap(),
         );
-        // "tid offcpu depth start dur blocked|preempted function".
-        let off: Vec<&Vec<&str>> = lines.iter().filter(|f| f[1] == "offcpu").collect();
-        let in_nap: Vec<&&Vec<&str>> = off
-            .iter()
-            .filter(|f| f[5] == "blocked" && f[6] == "nap")
-            .collect();
-        assert!(
-            in_nap.len() >= 10,
-            "[{tid}]: {} blocked slices in nap",
-            in_nap.len()
-        );
+        // Its ten sleeps, each one slice of at least 50 ms, one row below
+        // nap and inside it, adding up to what the thread measured.
+        let in_nap: Vec<&&Vec<&str>> = lines.iter().filter(|f| is_nap_sleep(f)).collect();
+        assert_eq!(in_nap.len(), 10, "[{tid}]: 50 ms slices in nap: {in_nap:?}");
+        sleeps += in_nap.len();
         let mut sum = 0.0;
         for f in &in_nap {
             let (depth, start, dur): (usize, f64, f64) = (
@@ -448,7 +480,6 @@ fn the_html_timeline_draws_off_cpu_slices_under_the_call_they_happened_in() {
                 f[4].parse().unwrap(),
             );
             assert_eq!(depth, nap_depth + 1, "[{tid}]: one row below nap");
-            // Inside nap (the two clocks are mapped to within microseconds).
             assert!(
                 start + 50_000.0 >= nap_start && start + dur <= nap_start + nap_dur + 50_000.0,
                 "[{tid}]: off CPU at {start} for {dur} outside nap at {nap_start} for {nap_dur}"
@@ -456,5 +487,28 @@ fn the_html_timeline_draws_off_cpu_slices_under_the_call_they_happened_in() {
             sum += dur;
         }
         close_to(&format!("html [{tid}]"), sum as u64, s);
+        // Drawn in the blocked colour (#9aa3ad), with its tooltip: one of
+        // the sleeps, "off CPU (blocked) in nap | 50.081 ms at ...".
+        let drawn = drawn("off CPU (blocked) in ")
+            .unwrap_or_else(|| panic!("[{tid}]: no drawn blocked off-CPU slice: {lines:?}"));
+        assert_eq!(
+            drawn[2], "154,163,173",
+            "[{tid}]: colour at the slice: {drawn:?}"
+        );
+        let tip = drawn[3..].join(" ");
+        let ms: f64 = tip
+            .strip_prefix("off CPU (blocked) in nap | ")
+            .and_then(|t| t.split(" ms at ").next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("[{tid}]: tooltip {tip:?}"));
+        let longest = in_nap
+            .iter()
+            .map(|f| f[4].parse::<f64>().unwrap())
+            .fold(0.0, f64::max);
+        assert!(
+            (ms * 1e6 - longest).abs() < 1e3,
+            "[{tid}]: tooltip {tip:?}, longest sleep {longest} ns"
+        );
     }
+    assert_eq!(sleeps, 30);
 }

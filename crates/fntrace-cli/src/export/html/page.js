@@ -5,7 +5,9 @@
 // markers on top; zoom, pan, hover) and the flame graph of the
 // chosen thread (or all threads merged). When everything is drawn it sets
 // body[data-drawn] and body[data-load-ms]; with #selftest in the URL it
-// also lists every embedded call in <pre id="selftest"> (used by tests).
+// also lists every embedded call and off-CPU interval in <pre id="selftest">,
+// with, per thread, the colour drawn and the tooltip shown at its longest
+// blocked and longest preempted off-CPU interval (used by tests).
 "use strict";
 (function () {
   const dataEl = document.getElementById("data");
@@ -554,6 +556,35 @@
             (o.pre[i] ? "preempted " : "blocked ") + names[o.fn[i]]
         );
     }
+    // Each thread's longest blocked and longest preempted off-CPU
+    // interval, zoomed to and scrolled into view: the colour drawn at its
+    // middle and the tooltip there ("tid offcpu-drawn r,g,b tooltip").
+    for (const l of lanes) {
+      const o = l.t.off;
+      for (const pre of [0, 1]) {
+        let j = -1;
+        for (let i = 0; i < o.dur.length; i++) if (o.pre[i] === pre && (j < 0 || o.dur[i] > o.dur[j])) j = i;
+        if (j < 0) continue;
+        v0 = o.start[j] - o.dur[j] * 0.05;
+        v1 = o.start[j] + o.dur[j] * 1.05;
+        clampView();
+        const rowY = l.y + MARK_H + o.depth[j] * ROW;
+        tl.scrollTop = Math.max(0, AXIS_H + rowY - viewH / 2);
+        drawTimeline();
+        const x = LABEL_W + (o.start[j] + o.dur[j] / 2 - v0) * ((W - LABEL_W) / (v1 - v0));
+        const y = AXIS_H + rowY - tl.scrollTop + ROW / 2;
+        const r0 = cv.getBoundingClientRect();
+        const px = ctx.getImageData(Math.round(x * dpr), Math.round(y * dpr), 1, 1).data;
+        cv.dispatchEvent(new MouseEvent("mousemove", { clientX: r0.left + x, clientY: r0.top + y, bubbles: true }));
+        const shown =
+          tip.style.display === "block" ? tip.innerHTML.replace(/<br>/g, " | ").replace(/<[^>]*>/g, "") : "(no tooltip)";
+        out.push(l.t.tid + " offcpu-drawn " + px[0] + "," + px[1] + "," + px[2] + " " + shown);
+        hideTip();
+      }
+    }
+    tl.scrollTop = 0;
+    [v0, v1] = home;
+    drawTimeline();
     // Zoom in with the wheel at the middle of the first lane, pan with D;
     // the flame graph of each choice (all threads first): its root's calls.
     const r = cv.getBoundingClientRect();
