@@ -49,14 +49,25 @@ pub struct KeyHead {
     /// The nine caller-saved general-purpose registers, saved across the
     /// call.
     saved: [u64; 9],
-    /// A probe's panic, to resume in the firing code.
+    /// The marker that fires, stored by the site.
+    marker: *const MarkerCore,
+    /// A probe's panic, to resume in the firing code (null: none). One
+    /// word, so that the dispatcher's path without a panic is one store.
     #[cfg(feature = "std")]
-    panic: Option<Box<dyn core::any::Any + Send + 'static>>,
+    panic: *mut Panic,
 }
+
+/// A probe's panic, boxed once more to fit [`KeyHead`]'s one word.
+#[cfg(feature = "std")]
+type Panic = Box<dyn core::any::Any + Send + 'static>;
 
 /// Offset of the saved registers in a frame.
 #[doc(hidden)]
 pub const SAVED_OFFSET: usize = core::mem::offset_of!(KeyHead, saved);
+
+/// Offset of the marker's address in a frame.
+#[doc(hidden)]
+pub const MARKER_OFFSET: usize = core::mem::offset_of!(KeyHead, marker);
 
 /// Offset of the argument tuple in a frame.
 #[doc(hidden)]
@@ -103,62 +114,122 @@ impl<A> KeyFrame<A> {
         {
             // SAFETY: `key_dispatch` wrote `panic` (caller's contract).
             let p = unsafe { core::ptr::addr_of!((*self.head.as_ptr()).panic).read() };
-            if let Some(p) = p {
-                resume(p);
+            if !p.is_null() {
+                // SAFETY: a non-null `panic` is a box `key_dispatch` leaked.
+                unsafe { resume(p) };
             }
         }
     }
 }
 
-/// The dispatcher a static-key site calls: the probes of `core` with the
-/// argument tuple at [`ARGS_OFFSET`] in the frame; a probe's panic goes
-/// into the frame. Returns `frame` (the site restores the registers
-/// through it).
+/// The dispatcher a static-key site calls: the probes of the frame's
+/// marker with the argument tuple at [`ARGS_OFFSET`] in the frame; a
+/// probe's panic goes into the frame. Returns `frame` (the site restores
+/// the registers through it).
+///
+/// Its common path (the thread has its read-side slot) keeps three values
+/// across the probe call (the frame, the slot, the word it entered with):
+/// three saved registers. The marker comes in the frame rather than in a
+/// register because the thread-local access before it counts as a call
+/// for the register allocator (general-dynamic TLS, relaxed by the linker
+/// to a plain `%fs` load in an executable): a marker in a register would
+/// have to be kept across it in a fourth saved register, and the stack
+/// alignment would then cost a fifth push.
 ///
 /// # Safety
-/// `frame` points to a live `KeyFrame<A>` where `A` is `core`'s argument
-/// tuple.
+/// `frame` points to a live `KeyFrame<A>` whose `marker` is set and `A`
+/// is that marker's argument tuple.
 #[doc(hidden)]
-pub unsafe extern "C" fn key_dispatch(
-    frame: *mut KeyHead,
-    core: &'static MarkerCore,
-) -> *mut KeyHead {
-    let Some(_g) = crate::rcu::read_lock() else {
-        #[cfg(feature = "std")]
-        // SAFETY: the caller's contract; the frame lives in the firing
-        // function's stack frame for the whole call (its `panic` is
-        // uninitialised: nothing to drop).
-        unsafe {
-            core::ptr::addr_of_mut!((*frame).panic).write(None)
-        };
-        return frame;
+pub unsafe extern "C" fn key_dispatch(frame: *mut KeyHead) -> *mut KeyHead {
+    match crate::rcu::reader().and_then(|r| r.enter()) {
+        // SAFETY: the caller's contract.
+        Some(g) => unsafe { dispatch_in(frame, g) },
+        // SAFETY: the caller's contract.
+        None => unsafe { key_dispatch_first(frame) },
+    }
+}
+
+/// [`key_dispatch`] in a thread's first section (it takes a read-side
+/// slot) or in an exiting thread (probes skipped).
+///
+/// # Safety
+/// As for [`key_dispatch`].
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn key_dispatch_first(frame: *mut KeyHead) -> *mut KeyHead {
+    let frame = match crate::rcu::read_lock() {
+        // SAFETY: the caller's contract.
+        Some(g) => unsafe { dispatch_in(frame, g) },
+        None => {
+            #[cfg(feature = "std")]
+            // SAFETY: the caller's contract; the frame lives in the firing
+            // function's stack frame for the whole call.
+            unsafe {
+                core::ptr::addr_of_mut!((*frame).panic).write(core::ptr::null_mut())
+            };
+            frame
+        }
     };
+    // Opaque: were it known to return its argument, `key_dispatch` would
+    // keep that across the call instead of calling it last.
+    core::hint::black_box(frame)
+}
+
+/// The probes of the frame's marker, inside the read-side section `g`
+/// (left on return).
+///
+/// # Safety
+/// As for [`key_dispatch`].
+#[inline(always)]
+unsafe fn dispatch_in(frame: *mut KeyHead, g: crate::rcu::ReadGuard) -> *mut KeyHead {
+    // SAFETY: the site stored the marker (caller's contract).
+    let core: &'static MarkerCore = unsafe { &*(*frame).marker };
     // SAFETY: the frame is a `KeyFrame`, whose arguments follow the head
     // at `ARGS_OFFSET` (caller's contract).
     let args = unsafe { frame.cast::<u8>().add(ARGS_OFFSET) }.cast::<()>();
     #[cfg(feature = "std")]
     {
         let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
-            // SAFETY: inside the section `_g` holds.
+            // SAFETY: inside the section `g` holds.
             unsafe { core.dispatch_locked(args) }
         }));
-        // SAFETY: as above (nothing to drop).
-        unsafe { core::ptr::addr_of_mut!((*frame).panic).write(r.err()) };
+        let p = match r {
+            Ok(()) => core::ptr::null_mut(),
+            Err(p) => box_panic(p),
+        };
+        // SAFETY: the caller's contract; the frame lives in the firing
+        // function's stack frame for the whole call.
+        unsafe { core::ptr::addr_of_mut!((*frame).panic).write(p) };
     }
     #[cfg(not(feature = "std"))]
-    // SAFETY: inside the section `_g` holds.
+    // SAFETY: inside the section `g` holds.
     unsafe {
         core.dispatch_locked(args)
     };
+    drop(g);
     frame
 }
 
-/// Resumes a probe's panic in the firing code.
+/// A probe's panic, as the one word the frame holds.
 #[cfg(feature = "std")]
 #[cold]
 #[inline(never)]
-fn resume(p: Box<dyn core::any::Any + Send + 'static>) -> ! {
-    std::panic::resume_unwind(p)
+fn box_panic(p: Panic) -> *mut Panic {
+    Box::into_raw(Box::new(p))
+}
+
+/// Resumes a probe's panic in the firing code (out of line: the site
+/// only tests the frame's word and calls this).
+///
+/// # Safety
+/// `p` is a box [`box_panic`] leaked.
+#[cfg(feature = "std")]
+#[cold]
+#[inline(never)]
+unsafe fn resume(p: *mut Panic) -> ! {
+    // SAFETY: the caller's contract.
+    let p = unsafe { Box::from_raw(p) };
+    std::panic::resume_unwind(*p)
 }
 
 /// The enabled path of a static-key site (expanded in its label block):
@@ -201,6 +272,7 @@ macro_rules! __key_call {
                 "3: .quad {m}",
                 ".popsection",
                 "mov rsi, qword ptr [rip + 3b]",
+                "mov [rdi + {mk}], rsi",
                 "call {dispatch}",
                 "mov rcx, [rax + {s} + 8]",
                 "mov rdx, [rax + {s} + 16]",
@@ -213,6 +285,7 @@ macro_rules! __key_call {
                 "mov rax, [rax + {s}]",
                 f = in(reg) __frame.as_mut_ptr(),
                 s = const $crate::keycall::SAVED_OFFSET,
+                mk = const $crate::keycall::MARKER_OFFSET,
                 m = sym $m,
                 dispatch = sym $crate::keycall::key_dispatch,
                 out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,

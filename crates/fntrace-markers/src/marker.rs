@@ -94,7 +94,13 @@ pub struct ProbeEntry {
 }
 
 /// An immutable array of probes; replaced (copy-on-write), never changed.
+/// Never empty (a marker without probes has none). It names its marker and
+/// holds a copy of its first entry, so that the one-probe path loads the
+/// probe from the array itself and needs the marker's address only to find
+/// the array (the static key's dispatcher then keeps one value fewer).
 pub struct ProbeArray {
+    pub(crate) marker: &'static MarkerCore,
+    pub(crate) first: ProbeEntry,
     pub(crate) ptr: *const ProbeEntry,
     pub(crate) len: usize,
 }
@@ -249,27 +255,14 @@ impl MarkerCore {
         if arr.len == 1 {
             // One probe, the common case, without the loop: less to keep
             // across the call.
-            // SAFETY: `ptr` points to the array's one entry, alive as the
-            // array is.
-            let e = unsafe { &*arr.ptr };
+            let e = &arr.first;
             // SAFETY: `e.call` was built for this marker's signature (or
             // is untyped) and `e.data` lives as long as the entry is
             // reachable (freed after a grace period).
-            unsafe { (e.call)(e.data, self, args) };
+            unsafe { (e.call)(e.data, arr.marker, args) };
             return;
         }
-        self.dispatch_many(arr, args);
-    }
-
-    /// The probes of an array of any length, in attachment order.
-    #[inline(never)]
-    fn dispatch_many(&'static self, arr: &ProbeArray, args: *const ()) {
-        for e in arr.entries() {
-            // SAFETY: `e.call` was built for this marker's signature (or
-            // is untyped) and `e.data` lives as long as the entry is
-            // reachable (freed after a grace period).
-            unsafe { (e.call)(e.data, self, args) };
-        }
+        dispatch_many(arr, args);
     }
 
     /// Formats the argument tuple at `args` (`len=1500 dev="eth0"`).
@@ -308,6 +301,17 @@ impl MarkerCore {
             _ => {}
         }
         self.enabled.store(on, Ordering::Release);
+    }
+}
+
+/// The probes of an array of any length, in attachment order.
+#[inline(never)]
+fn dispatch_many(arr: &ProbeArray, args: *const ()) {
+    for e in arr.entries() {
+        // SAFETY: `e.call` was built for this marker's signature (or is
+        // untyped) and `e.data` lives as long as the entry is reachable
+        // (freed after a grace period).
+        unsafe { (e.call)(e.data, arr.marker, args) };
     }
 }
 

@@ -21,13 +21,39 @@
 //! critical section once.
 
 #[cfg(feature = "std")]
-pub use self::tls::{ReadGuard, in_read_section, read_lock, synchronize};
+pub use self::tls::{ReadGuard, Reader, in_read_section, read_lock, reader, synchronize};
 
 #[cfg(all(not(feature = "std"), feature = "critical-section"))]
 pub use self::cs::{ReadGuard, in_read_section, read_lock, synchronize};
 
+#[cfg(not(feature = "std"))]
+pub use self::nostd::{Reader, reader};
+
 #[cfg(all(not(feature = "std"), not(feature = "critical-section")))]
 pub use self::none::{ReadGuard, in_read_section, read_lock};
+
+#[cfg(not(feature = "std"))]
+mod nostd {
+    use super::{ReadGuard, read_lock};
+
+    /// What [`reader`] finds: nothing to remember without `std`.
+    #[derive(Clone, Copy)]
+    pub struct Reader;
+
+    /// Always a reader without `std`.
+    #[inline(always)]
+    pub fn reader() -> Option<Reader> {
+        Some(Reader)
+    }
+
+    impl Reader {
+        /// Enters a read-side section ([`read_lock`]).
+        #[inline(always)]
+        pub fn enter(self) -> Option<ReadGuard> {
+            read_lock()
+        }
+    }
+}
 
 #[cfg(feature = "std")]
 mod tls {
@@ -50,15 +76,20 @@ mod tls {
     /// Every slot ever created (a push-only list; slots are leaked).
     static SLOTS: AtomicPtr<Slot> = AtomicPtr::new(core::ptr::null_mut());
 
-    /// The slot of a thread that is exiting (its own slot was given back):
-    /// sections there skip the probes.
-    static RETIRED: Slot = Slot {
-        word: AtomicU64::new(0),
-        in_use: AtomicBool::new(true),
-        next: core::ptr::null(),
-    };
+    /// What `MINE` holds in a thread that is exiting (its own slot was
+    /// given back): sections there skip the probes. Never a slot's
+    /// address (slots are heap allocations), and with null the only
+    /// values at or below it, so the hot path tells both apart from a
+    /// slot with one comparison.
+    const EXITING: *const Slot = core::ptr::dangling();
 
     std::thread_local! {
+        /// The thread's slot: null before its first section, [`EXITING`]
+        /// once given back. It never changes while a section is open (a
+        /// section is a function call on this thread; the slot is taken
+        /// at the first one and given back by a thread-local destructor,
+        /// which does not run inside one), so leaving uses the slot it
+        /// entered with.
         static MINE: Cell<*const Slot> = const { Cell::new(core::ptr::null()) };
         static RELEASE: Release = const { Release };
     }
@@ -69,8 +100,8 @@ mod tls {
     impl Drop for Release {
         fn drop(&mut self) {
             let _ = MINE.try_with(|m| {
-                let p = m.replace(&RETIRED);
-                if !p.is_null() && !core::ptr::eq(p, &RETIRED) {
+                let p = m.replace(EXITING);
+                if !p.is_null() && p != EXITING {
                     // SAFETY: slots are leaked, never freed.
                     let s = unsafe { &*p };
                     s.in_use.store(false, Ordering::Release);
@@ -119,7 +150,7 @@ mod tls {
             // keep a slot nobody would give back.
             // SAFETY: slots are leaked, never freed.
             unsafe { (*p).in_use.store(false, Ordering::Release) };
-            return &RETIRED;
+            return EXITING;
         }
         let _ = MINE.try_with(|m| m.set(p));
         p
@@ -166,13 +197,47 @@ mod tls {
     /// (after its thread-locals were destroyed), where probes are skipped.
     #[inline(always)]
     pub fn read_lock() -> Option<ReadGuard> {
-        let mut p = MINE.try_with(|m| m.get()).unwrap_or(&RETIRED);
+        let mut p = MINE.try_with(|m| m.get()).unwrap_or(EXITING);
         if p.is_null() {
             p = acquire();
         }
-        if core::ptr::eq(p, &RETIRED) {
+        if p == EXITING {
             return None;
         }
+        Some(enter(p))
+    }
+
+    /// The calling thread's reader state, when it has a slot: `None` in a
+    /// thread that has none yet (its first section; use [`read_lock`],
+    /// which takes one) or is exiting. One TLS load and one comparison,
+    /// no call: the static key's dispatcher branches on it before it
+    /// needs any saved register.
+    #[inline(always)]
+    pub fn reader() -> Option<Reader> {
+        let p = MINE.try_with(|m| m.get()).unwrap_or(EXITING);
+        if p.addr() <= EXITING.addr() {
+            return None;
+        }
+        Some(Reader(p))
+    }
+
+    /// The calling thread's slot, as [`reader`] found it.
+    #[derive(Clone, Copy)]
+    #[repr(transparent)]
+    pub struct Reader(*const Slot);
+
+    impl Reader {
+        /// Enters a read-side section (on the calling thread: a `Reader`
+        /// is only valid on the thread [`reader`] returned it to).
+        #[inline(always)]
+        pub fn enter(self) -> Option<ReadGuard> {
+            Some(enter(self.0))
+        }
+    }
+
+    /// Enters a section on slot `p` (the calling thread's).
+    #[inline(always)]
+    fn enter(p: *const Slot) -> ReadGuard {
         // SAFETY: slots are leaked, never freed.
         let s = unsafe { &*p };
         let entered = s.word.load(Ordering::Relaxed) + 1;
@@ -180,7 +245,7 @@ mod tls {
         // The writer's membarrier orders this store before the array load
         // that follows (see the module comment).
         compiler_fence(Ordering::SeqCst);
-        Some(ReadGuard { slot: p, entered })
+        ReadGuard { slot: p, entered }
     }
 
     impl Drop for ReadGuard {
@@ -191,11 +256,13 @@ mod tls {
             let s = unsafe { &*self.slot };
             // A signal handler that fired a marker meanwhile left the word
             // as we stored it (its sections nest inside ours).
-            let w = self.entered;
-            let next = if w & 0xff == 1 {
-                (w & !0xff) + 0x100
+            // Depth back to what it was; the outermost section's leaving
+            // also advances the generation.
+            let before = self.entered - 1;
+            let next = if before & 0xff == 0 {
+                before + 0x100
             } else {
-                w - 1
+                before
             };
             s.word.store(next, Ordering::Release);
         }
@@ -205,7 +272,7 @@ mod tls {
     /// grace period would wait for itself).
     pub fn in_read_section() -> bool {
         let p = MINE.try_with(|m| m.get()).unwrap_or(core::ptr::null());
-        if p.is_null() || core::ptr::eq(p, &RETIRED) {
+        if p.is_null() || p == EXITING {
             return false;
         }
         // SAFETY: slots are leaked, never freed.

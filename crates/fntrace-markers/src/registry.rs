@@ -366,7 +366,7 @@ impl ProbeHandle {
                     // probe; the removal itself must go on.
                     let _ = disable(m);
                 }
-                m.probes.store(new_array(rest), Ordering::Release);
+                m.probes.store(new_array(m, rest), Ordering::Release);
                 old.push(cur);
             }
             synchronize();
@@ -383,15 +383,20 @@ impl ProbeHandle {
     }
 }
 
-/// Publishes a new array (null for none).
-fn new_array(entries: Vec<ProbeEntry>) -> *mut ProbeArray {
-    if entries.is_empty() {
+/// A new array of `marker`'s probes, to publish (null for none).
+fn new_array(marker: &'static MarkerCore, entries: Vec<ProbeEntry>) -> *mut ProbeArray {
+    let Some(&first) = entries.first() else {
         return core::ptr::null_mut();
-    }
+    };
     let b: Box<[ProbeEntry]> = entries.into_boxed_slice();
     let len = b.len();
     let ptr = Box::into_raw(b) as *const ProbeEntry;
-    Box::into_raw(Box::new(ProbeArray { ptr, len }))
+    Box::into_raw(Box::new(ProbeArray {
+        marker,
+        first,
+        ptr,
+        len,
+    }))
 }
 
 /// Arrays replaced by an attach, waiting for the next grace period
@@ -521,7 +526,7 @@ pub(crate) fn attach_to<S: Signature>(
         };
         let first = entries.is_empty();
         entries.push(entry);
-        m.probes.store(new_array(entries), Ordering::Release);
+        m.probes.store(new_array(m, entries), Ordering::Release);
         if first && let Err(e) = enable(m) {
             // Unpublish again; the new array is freed after the grace
             // period below.
@@ -546,7 +551,7 @@ pub(crate) fn attach_to<S: Signature>(
             if rest.is_empty() {
                 let _ = disable(m);
             }
-            m.probes.store(new_array(rest), Ordering::Release);
+            m.probes.store(new_array(m, rest), Ordering::Release);
             old.push(cur);
         }
         synchronize();
