@@ -38,11 +38,11 @@ use crate::marker::MarkerCore;
 #[cfg(feature = "std")]
 use std::boxed::Box;
 
-/// The fixed part of a [`KeyFrame`]: the saved registers and a probe's
-/// panic. Sized to a multiple of 16 so that the arguments that follow are
-/// at [`ARGS_OFFSET`] for every argument tuple. The site leaves it
-/// uninitialised (no store on its path): the assembly writes `saved`,
-/// [`key_dispatch`] writes `panic` on every path.
+/// The fixed part of a [`KeyFrame`]: the saved registers, the marker and
+/// a probe's panic. Sized to a multiple of 16 so that the arguments that
+/// follow are at [`ARGS_OFFSET`] for every argument tuple. The site leaves
+/// it uninitialised (no store on its path): the assembly writes `saved`
+/// and `marker`, [`key_dispatch`] writes `panic` when a probe panicked.
 #[doc(hidden)]
 #[repr(C, align(16))]
 pub struct KeyHead {
@@ -51,10 +51,22 @@ pub struct KeyHead {
     saved: [u64; 9],
     /// The marker that fires, stored by the site.
     marker: *const MarkerCore,
-    /// A probe's panic, to resume in the firing code (null: none). One
-    /// word, so that the dispatcher's path without a panic is one store.
+    /// A probe's panic, to resume in the firing code; written only when
+    /// [`KeyRet::panicked`] says so.
     #[cfg(feature = "std")]
     panic: *mut Panic,
+}
+
+/// What [`key_dispatch`] returns, in `rax` and `rdx`: the frame (the site
+/// restores the registers through it) and whether a probe panicked (then
+/// the panic is in the frame). The site tests `rdx` before restoring it
+/// and branches on the flags after the restores, so the path without a
+/// panic stores and loads nothing for it.
+#[doc(hidden)]
+#[repr(C)]
+pub struct KeyRet {
+    frame: *mut KeyHead,
+    panicked: usize,
 }
 
 /// A probe's panic, boxed once more to fit [`KeyHead`]'s one word.
@@ -104,28 +116,27 @@ impl<A> KeyFrame<A> {
         self
     }
 
-    /// After the call: resumes a probe's panic in the firing code.
+    /// After a call that reported a panic: resumes the probe's panic in
+    /// the firing code (without `std` no panic is reported: nothing).
     ///
     /// # Safety
-    /// The assembly has called [`key_dispatch`] with this frame.
+    /// The assembly has called [`key_dispatch`] with this frame and it
+    /// returned [`KeyRet::panicked`] set.
     #[inline(always)]
-    pub unsafe fn finish(self) {
+    pub unsafe fn resume_panic(self) {
         #[cfg(feature = "std")]
         {
             // SAFETY: `key_dispatch` wrote `panic` (caller's contract).
             let p = unsafe { core::ptr::addr_of!((*self.head.as_ptr()).panic).read() };
-            if !p.is_null() {
-                // SAFETY: a non-null `panic` is a box `key_dispatch` leaked.
-                unsafe { resume(p) };
-            }
+            // SAFETY: a box `key_dispatch` leaked.
+            unsafe { resume(p) };
         }
     }
 }
 
 /// The dispatcher a static-key site calls: the probes of the frame's
 /// marker with the argument tuple at [`ARGS_OFFSET`] in the frame; a
-/// probe's panic goes into the frame. Returns `frame` (the site restores
-/// the registers through it).
+/// probe's panic goes into the frame ([`KeyRet`]).
 ///
 /// Its common path (the thread has its read-side slot) keeps three values
 /// across the probe call (the frame, the slot, the word it entered with):
@@ -140,7 +151,7 @@ impl<A> KeyFrame<A> {
 /// `frame` points to a live `KeyFrame<A>` whose `marker` is set and `A`
 /// is that marker's argument tuple.
 #[doc(hidden)]
-pub unsafe extern "C" fn key_dispatch(frame: *mut KeyHead) -> *mut KeyHead {
+pub unsafe extern "C" fn key_dispatch(frame: *mut KeyHead) -> KeyRet {
     match crate::rcu::reader().and_then(|r| r.enter()) {
         // SAFETY: the caller's contract.
         Some(g) => unsafe { dispatch_in(frame, g) },
@@ -156,23 +167,15 @@ pub unsafe extern "C" fn key_dispatch(frame: *mut KeyHead) -> *mut KeyHead {
 /// As for [`key_dispatch`].
 #[cold]
 #[inline(never)]
-unsafe extern "C" fn key_dispatch_first(frame: *mut KeyHead) -> *mut KeyHead {
-    let frame = match crate::rcu::read_lock() {
+unsafe extern "C" fn key_dispatch_first(frame: *mut KeyHead) -> KeyRet {
+    let r = match crate::rcu::read_lock() {
         // SAFETY: the caller's contract.
         Some(g) => unsafe { dispatch_in(frame, g) },
-        None => {
-            #[cfg(feature = "std")]
-            // SAFETY: the caller's contract; the frame lives in the firing
-            // function's stack frame for the whole call.
-            unsafe {
-                core::ptr::addr_of_mut!((*frame).panic).write(core::ptr::null_mut())
-            };
-            frame
-        }
+        None => KeyRet { frame, panicked: 0 },
     };
     // Opaque: were it known to return its argument, `key_dispatch` would
     // keep that across the call instead of calling it last.
-    core::hint::black_box(frame)
+    core::hint::black_box(r)
 }
 
 /// The probes of the frame's marker, inside the read-side section `g`
@@ -181,7 +184,7 @@ unsafe extern "C" fn key_dispatch_first(frame: *mut KeyHead) -> *mut KeyHead {
 /// # Safety
 /// As for [`key_dispatch`].
 #[inline(always)]
-unsafe fn dispatch_in(frame: *mut KeyHead, g: crate::rcu::ReadGuard) -> *mut KeyHead {
+unsafe fn dispatch_in(frame: *mut KeyHead, g: crate::rcu::ReadGuard) -> KeyRet {
     // SAFETY: the site stored the marker (caller's contract).
     let core: &'static MarkerCore = unsafe { &*(*frame).marker };
     // SAFETY: the frame is a `KeyFrame`, whose arguments follow the head
@@ -193,13 +196,11 @@ unsafe fn dispatch_in(frame: *mut KeyHead, g: crate::rcu::ReadGuard) -> *mut Key
             // SAFETY: inside the section `g` holds.
             unsafe { core.dispatch_locked(args) }
         }));
-        let p = match r {
-            Ok(()) => core::ptr::null_mut(),
-            Err(p) => box_panic(p),
-        };
-        // SAFETY: the caller's contract; the frame lives in the firing
-        // function's stack frame for the whole call.
-        unsafe { core::ptr::addr_of_mut!((*frame).panic).write(p) };
+        if let Err(p) = r {
+            drop(g);
+            // SAFETY: the caller's contract.
+            return unsafe { panicked(frame, p) };
+        }
     }
     #[cfg(not(feature = "std"))]
     // SAFETY: inside the section `g` holds.
@@ -207,22 +208,28 @@ unsafe fn dispatch_in(frame: *mut KeyHead, g: crate::rcu::ReadGuard) -> *mut Key
         core.dispatch_locked(args)
     };
     drop(g);
-    frame
+    KeyRet { frame, panicked: 0 }
 }
 
-/// A probe's panic, as the one word the frame holds.
+/// A probe's panic: into the frame (boxed once more: one word), reported.
+///
+/// # Safety
+/// `frame` points to a live `KeyFrame`.
 #[cfg(feature = "std")]
 #[cold]
 #[inline(never)]
-fn box_panic(p: Panic) -> *mut Panic {
-    Box::into_raw(Box::new(p))
+unsafe fn panicked(frame: *mut KeyHead, p: Panic) -> KeyRet {
+    let p = Box::into_raw(Box::new(p));
+    // SAFETY: the caller's contract.
+    unsafe { core::ptr::addr_of_mut!((*frame).panic).write(p) };
+    KeyRet { frame, panicked: 1 }
 }
 
 /// Resumes a probe's panic in the firing code (out of line: the site
 /// only tests the frame's word and calls this).
 ///
 /// # Safety
-/// `p` is a box [`box_panic`] leaked.
+/// `p` is a box [`panicked`] leaked.
 #[cfg(feature = "std")]
 #[cold]
 #[inline(never)]
@@ -243,18 +250,20 @@ macro_rules! __key_call {
         // SAFETY: the block saves the nine caller-saved general-purpose
         // registers into the frame (its address in `{f}`, a register of
         // the compiler's choosing), puts the frame's address in `rdi` and
-        // the marker's (from a relocated word in `.data.rel.ro`) in `rsi`,
-        // calls `key_dispatch(frame, marker)` (C ABI: it preserves the
-        // callee-saved registers and returns the frame's address in
-        // `rax`) and restores the nine from the frame, `rax` last: every
-        // general-purpose register is as before, `{f}` included. What the
-        // called Rust code may clobber beyond them (vector, mask, x87/MMX
-        // and AMX tile registers, flags) is declared. No `nostack`: the
-        // stack is aligned for the call and the red zone is not in use;
-        // the stack pointer does not move, so the firing function's unwind
-        // information stays valid during the call. The frame (arguments
-        // included) outlives the call; `$m` is the marker whose argument
-        // tuple the frame holds.
+        // the marker's (from a relocated word in `.data.rel.ro`) into the
+        // frame, calls `key_dispatch(frame)` (C ABI: it preserves the
+        // callee-saved registers and returns the frame's address in `rax`
+        // and whether a probe panicked in `rdx`), tests `rdx`, restores the
+        // nine from the frame (`rax` last; `mov` leaves the flags alone)
+        // and branches to the label block on a panic: every
+        // general-purpose register is as before, `{f}` included, on both
+        // ways out. What the called Rust code may clobber beyond them
+        // (vector, mask, x87/MMX and AMX tile registers, flags) is
+        // declared. No `nostack`: the stack is aligned for the call and
+        // the red zone is not in use; the stack pointer does not move, so
+        // the firing function's unwind information stays valid during the
+        // call. The frame (arguments included) outlives the call; `$m` is
+        // the marker whose argument tuple the frame holds.
         unsafe {
             ::core::arch::asm!(
                 "mov [{f} + {s}], rax",
@@ -274,6 +283,7 @@ macro_rules! __key_call {
                 "mov rsi, qword ptr [rip + 3b]",
                 "mov [rdi + {mk}], rsi",
                 "call {dispatch}",
+                "test rdx, rdx",
                 "mov rcx, [rax + {s} + 8]",
                 "mov rdx, [rax + {s} + 16]",
                 "mov rsi, [rax + {s} + 24]",
@@ -283,11 +293,14 @@ macro_rules! __key_call {
                 "mov r10, [rax + {s} + 56]",
                 "mov r11, [rax + {s} + 64]",
                 "mov rax, [rax + {s}]",
+                "jnz {panicked}",
                 f = in(reg) __frame.as_mut_ptr(),
                 s = const $crate::keycall::SAVED_OFFSET,
                 mk = const $crate::keycall::MARKER_OFFSET,
                 m = sym $m,
                 dispatch = sym $crate::keycall::key_dispatch,
+                // SAFETY: `key_dispatch` reported a panic in the frame.
+                panicked = label { unsafe { __frame.resume_panic() } },
                 out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
                 out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
                 out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
@@ -306,7 +319,5 @@ macro_rules! __key_call {
                 out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
             );
         }
-        // SAFETY: the assembly called `key_dispatch` with the frame.
-        unsafe { __frame.finish() };
     }};
 }

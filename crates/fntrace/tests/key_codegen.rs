@@ -190,7 +190,7 @@ fn static_key_site_is_a_nop_and_its_block_calls_only_the_dispatcher() {
         "the label block's first call is {:?}, not the dispatcher",
         block[call]
     );
-    let before = &block[call.saturating_sub(12)..call];
+    let before = &block[call.saturating_sub(14)..call];
     let after = &block[call + 1..(call + 12).min(block.len())];
     for r in SAVED {
         assert!(
