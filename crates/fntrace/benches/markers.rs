@@ -6,11 +6,22 @@
 //! the same code without a marker, and each design's time as a ratio of
 //! the flag design's in the same run; asserts nothing about time.
 //!
+//! Code placement alone moves the macro benchmarks by up to ±1 ns per
+//! marker (branch prediction and instruction fetch depend on where the
+//! loop's branches sit): the same source, built twice with a different
+//! function in front of it, measures differently. So every benchmarked
+//! function is compiled in [`COPIES`] copies (identical loops, one salt
+//! constant apart so that they are not merged, at different addresses),
+//! each copy is timed in every round, and the tables give the median over
+//! the copies of each copy's best round (best: the least disturbed by other
+//! processes; median over copies: the typical placement, not the luckiest),
+//! the range over the copies, and the same from each copy's median round.
+//!
 //! Run: `cargo bench -p fntrace --bench markers`
-//! (`MARKER_BENCH_ROUNDS=N` for another number of rounds, default 61).
-//! The macro benchmarks move by up to ±1 ns per marker with code placement
-//! alone; for a comparison with less of that, build with every function
-//! and branch target aligned, in a separate target directory:
+//! (`MARKER_BENCH_ROUNDS=N` for another number of rounds, default 61;
+//! `MARKER_BENCH_COPIES=N` to time only the first N copies).
+//! For a comparison with still less placement luck, build with every
+//! function and branch target aligned, in a separate target directory:
 //! `CARGO_TARGET_DIR=target/aligned RUSTFLAGS="-C llvm-args=-align-all-functions=6
 //! -C llvm-args=-align-all-nofallthru-blocks=5" cargo bench -p fntrace --bench markers`.
 
@@ -48,21 +59,18 @@ macro_rules! tight {
     };
     ($name:ident $(, $m:ident)?) => {
         #[inline(never)]
-        fn $name(n: u64) -> u64 {
+        pub fn $name(n: u64) -> u64 {
+            pad!();
             let mut acc = 0u64;
             for i in 0..n {
                 acc = acc.wrapping_add(black_box(i));
                 $(fire!($m, i);)?
             }
+            black_box(SALT);
             acc
         }
     };
 }
-tight!(tight_base);
-tight!(tight_key, T_KEY);
-tight!(tight_flag, T_FLAG);
-tight!(tight_fnptr, T_FNPTR);
-tight!(tight_empty, T_EMPTY);
 
 /// Words separated by spaces, from a fixed pseudo-random generator.
 fn text(bytes: usize) -> Vec<u8> {
@@ -121,7 +129,8 @@ macro_rules! words {
     ($name:ident $(, $m:ident)?) => {
         /// Counts the words of `t`; returns (distinct words, words).
         #[inline(never)]
-        fn $name(t: &[u8]) -> (u64, u64) {
+        pub fn $name(t: &[u8]) -> (u64, u64) {
+            pad!();
             let mut c = Counts::new();
             let mut words = 0u64;
             let mut h = 0xcbf2_9ce4_8422_2325u64;
@@ -140,15 +149,11 @@ macro_rules! words {
                     len += 1;
                 }
             }
+            black_box(SALT);
             (c.vals.iter().filter(|&&v| v > 0).count() as u64, words)
         }
     };
 }
-words!(words_base);
-words!(words_key, W_KEY);
-words!(words_flag, W_FLAG);
-words!(words_fnptr, W_FNPTR);
-words!(words_empty, W_EMPTY);
 
 /// A JSON document of about `bytes` bytes: an array of records with
 /// strings, integers, nested arrays and literals, from a fixed generator.
@@ -202,7 +207,8 @@ macro_rules! json_parse {
         /// returns (a checksum of every value, values).
         #[inline(never)]
         #[allow(unused_variables)] // the marker's arguments, without a marker
-        fn $name(t: &[u8]) -> (u64, u64) {
+        pub fn $name(t: &[u8]) -> (u64, u64) {
+            pad!();
             let mut i = 0usize;
             let mut depth = 0u32;
             let mut sum = 0u64;
@@ -261,15 +267,72 @@ macro_rules! json_parse {
                     _ => i += 1,
                 }
             }
+            black_box(SALT);
             (sum ^ depth as u64, values)
         }
     };
 }
-json_parse!(json_base);
-json_parse!(json_key, J_KEY);
-json_parse!(json_flag, J_FLAG);
-json_parse!(json_fnptr, J_FNPTR);
-json_parse!(json_empty, J_EMPTY);
+
+/// In a copy's function, before its loop: a jump over `21 × SALT` bytes,
+/// so that each copy's loop sits at another offset within cache lines and
+/// fetch blocks (taken once per call).
+macro_rules! pad {
+    () => {
+        // SAFETY: a jump over padding bytes (int3) to the next instruction;
+        // no register, memory or flag is touched.
+        unsafe {
+            core::arch::asm!(
+                "jmp 2f",
+                ".skip {n}, 0xcc",
+                "2:",
+                n = const 21 * SALT,
+                options(nomem, nostack, preserves_flags)
+            )
+        }
+    };
+}
+
+/// Copies of every benchmarked function (see the module documentation).
+const COPIES: usize = 5;
+
+/// One copy of every benchmarked function, in module `$copy`; `SALT`
+/// (different per copy) places its loops differently ([`pad!`]) and keeps
+/// the copies from being merged.
+macro_rules! copy {
+    ($copy:ident, $salt:expr) => {
+        mod $copy {
+            use super::*;
+            const SALT: u32 = $salt;
+            tight!(tight_base);
+            tight!(tight_key, T_KEY);
+            tight!(tight_flag, T_FLAG);
+            tight!(tight_fnptr, T_FNPTR);
+            tight!(tight_empty, T_EMPTY);
+            words!(words_base);
+            words!(words_key, W_KEY);
+            words!(words_flag, W_FLAG);
+            words!(words_fnptr, W_FNPTR);
+            words!(words_empty, W_EMPTY);
+            json_parse!(json_base);
+            json_parse!(json_key, J_KEY);
+            json_parse!(json_flag, J_FLAG);
+            json_parse!(json_fnptr, J_FNPTR);
+            json_parse!(json_empty, J_EMPTY);
+        }
+    };
+}
+copy!(c0, 0);
+copy!(c1, 1);
+copy!(c2, 2);
+copy!(c3, 3);
+copy!(c4, 4);
+
+/// Function `$f` of every copy.
+macro_rules! all {
+    ($f:ident) => {
+        [c0::$f, c1::$f, c2::$f, c3::$f, c4::$f]
+    };
+}
 
 /// One measurement of `f`, in seconds.
 fn once<R>(f: impl FnOnce() -> R) -> f64 {
@@ -288,14 +351,15 @@ tight!(@call tight_call_ref);
 /// A benchmarked function and what it is fed.
 type Run = Box<dyn Fn() -> (u64, u64)>;
 
-/// One workload: the code without a marker and with each design's marker.
+/// One workload: the code without a marker and with each design's marker,
+/// each in every copy.
 struct Workload {
     name: String,
     /// What one marker is fired per, and how many are fired per run.
     unit: &'static str,
     markers: u64,
-    base: Run,
-    with: [Run; 4],
+    base: Vec<Run>,
+    with: [Vec<Run>; 4],
     attach: [fn() -> fntrace::ProbeHandle; 4],
 }
 
@@ -306,43 +370,117 @@ const DESIGNS: [&str; 4] = [
     "empty function (indirect call)",
 ];
 
-/// Best times of one workload: without a marker, then per design
-/// disabled and enabled.
-struct Best {
-    base: f64,
-    off: [f64; 4],
-    on: [f64; 4],
+/// The times of one configuration: per copy, one per round.
+#[derive(Clone, Default)]
+struct Times(Vec<Vec<f64>>);
+
+impl Times {
+    fn new(copies: usize) -> Self {
+        Times(vec![vec![]; copies])
+    }
+    /// Per copy: its best round, or its median round.
+    fn per_copy(&self, median: bool) -> Vec<f64> {
+        self.0
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                r.sort_by(f64::total_cmp);
+                if median { r[r.len() / 2] } else { r[0] }
+            })
+            .collect()
+    }
+}
+
+/// The median of `v`.
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Times of one workload: without a marker, then per design disabled and
+/// enabled.
+struct Measured {
+    base: Times,
+    off: [Times; 4],
+    on: [Times; 4],
+}
+
+/// One configuration summarised over the copies: (median over copies,
+/// smallest, largest) of each copy's best or median round.
+fn summary(t: &Times, median_round: bool) -> (f64, f64, f64) {
+    let v = t.per_copy(median_round);
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(&v), lo, hi)
 }
 
 fn main() {
     let rounds: usize = std::env::var("MARKER_BENCH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(61);
+        .unwrap_or(61)
+        .max(1);
+    let copies: usize = std::env::var("MARKER_BENCH_COPIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(COPIES)
+        .clamp(1, COPIES);
     let t: &'static [u8] = Vec::leak(text(1 << 20));
     let j: &'static [u8] = Vec::leak(json(1 << 20));
-    let (distinct, nwords) = words_base(t);
-    let (jsum, nvalues) = json_base(j);
-    for f in [words_key, words_flag, words_fnptr, words_empty] {
+    let (distinct, nwords) = c0::words_base(t);
+    let (jsum, nvalues) = c0::json_base(j);
+    let tight_fns = [
+        all!(tight_base),
+        all!(tight_key),
+        all!(tight_flag),
+        all!(tight_fnptr),
+        all!(tight_empty),
+    ];
+    let word_fns = [
+        all!(words_base),
+        all!(words_key),
+        all!(words_flag),
+        all!(words_fnptr),
+        all!(words_empty),
+    ];
+    let json_fns = [
+        all!(json_base),
+        all!(json_key),
+        all!(json_flag),
+        all!(json_fnptr),
+        all!(json_empty),
+    ];
+    for f in word_fns.iter().flatten() {
         assert_eq!(f(t), (distinct, nwords));
     }
-    for f in [json_key, json_flag, json_fnptr, json_empty] {
+    for f in json_fns.iter().flatten() {
         assert_eq!(f(j), (jsum, nvalues));
     }
     let tight = |f: fn(u64) -> u64| -> Run { Box::new(move || (f(black_box(TIGHT_N)), 0)) };
     let words = |f: fn(&[u8]) -> (u64, u64)| -> Run { Box::new(move || f(black_box(t))) };
     let parse = |f: fn(&[u8]) -> (u64, u64)| -> Run { Box::new(move || f(black_box(j))) };
+    let runs = |fs: &[fn(u64) -> u64; COPIES]| fs[..copies].iter().map(|&f| tight(f)).collect();
+    let wruns =
+        |fs: &[fn(&[u8]) -> (u64, u64); COPIES]| fs[..copies].iter().map(|&f| words(f)).collect();
+    let jruns =
+        |fs: &[fn(&[u8]) -> (u64, u64); COPIES]| fs[..copies].iter().map(|&f| parse(f)).collect();
     let workloads = [
         Workload {
             name: format!("tight loop ({TIGHT_N} iterations of acc += black_box(i))"),
             unit: "iteration",
             markers: TIGHT_N,
-            base: tight(tight_base),
+            base: runs(&tight_fns[0]),
             with: [
-                tight(tight_key),
-                tight(tight_flag),
-                tight(tight_fnptr),
-                tight(tight_empty),
+                runs(&tight_fns[1]),
+                runs(&tight_fns[2]),
+                runs(&tight_fns[3]),
+                runs(&tight_fns[4]),
             ],
             attach: [
                 || T_KEY.attach(|_| {}).unwrap(),
@@ -358,12 +496,12 @@ fn main() {
             ),
             unit: "word",
             markers: nwords,
-            base: words(words_base),
+            base: wruns(&word_fns[0]),
             with: [
-                words(words_key),
-                words(words_flag),
-                words(words_fnptr),
-                words(words_empty),
+                wruns(&word_fns[1]),
+                wruns(&word_fns[2]),
+                wruns(&word_fns[3]),
+                wruns(&word_fns[4]),
             ],
             attach: [
                 || W_KEY.attach(|_, _| {}).unwrap(),
@@ -379,12 +517,12 @@ fn main() {
             ),
             unit: "value",
             markers: nvalues,
-            base: parse(json_base),
+            base: jruns(&json_fns[0]),
             with: [
-                parse(json_key),
-                parse(json_flag),
-                parse(json_fnptr),
-                parse(json_empty),
+                jruns(&json_fns[1]),
+                jruns(&json_fns[2]),
+                jruns(&json_fns[3]),
+                jruns(&json_fns[4]),
             ],
             attach: [
                 || J_KEY.attach(|_, _, _| {}).unwrap(),
@@ -395,25 +533,31 @@ fn main() {
         },
     ];
 
-    // Every configuration is measured once per round, rounds interleaved,
-    // and the best time kept: load from other processes hits all alike.
+    // Every configuration (every copy) is measured once per round, rounds
+    // interleaved: load from other processes hits all alike.
     let mut tc = f64::INFINITY;
-    let mut best: Vec<Best> = workloads
+    let mut m: Vec<Measured> = workloads
         .iter()
-        .map(|_| Best {
-            base: f64::INFINITY,
-            off: [f64::INFINITY; 4],
-            on: [f64::INFINITY; 4],
+        .map(|_| Measured {
+            base: Times::new(copies),
+            off: std::array::from_fn(|_| Times::new(copies)),
+            on: std::array::from_fn(|_| Times::new(copies)),
         })
         .collect();
     for _ in 0..rounds {
         tc = tc.min(once(|| tight_call_ref(black_box(TIGHT_N))));
-        for (w, b) in workloads.iter().zip(best.iter_mut()) {
-            b.base = b.base.min(once(&w.base));
+        for (w, b) in workloads.iter().zip(m.iter_mut()) {
+            for (c, f) in w.base.iter().enumerate() {
+                b.base.0[c].push(once(f));
+            }
             for d in 0..4 {
-                b.off[d] = b.off[d].min(once(&w.with[d]));
+                for (c, f) in w.with[d].iter().enumerate() {
+                    b.off[d].0[c].push(once(f));
+                }
                 let h = (w.attach[d])();
-                b.on[d] = b.on[d].min(once(&w.with[d]));
+                for (c, f) in w.with[d].iter().enumerate() {
+                    b.on[d].0[c].push(once(f));
+                }
                 h.remove().map_err(|e| e.0).unwrap();
             }
         }
@@ -421,37 +565,58 @@ fn main() {
     let per = |t: f64, base: f64, n: u64| (t - base) / n as f64 * 1e9;
     let pct = |t: f64, base: f64| (t / base - 1.0) * 100.0;
     println!(
-        "best of {rounds} interleaved rounds; ns per marker = (time - time without marker) / markers fired; \
-         \"vs flag\" = time / time of the flag design, same run"
+        "{copies} copies of each function, {rounds} interleaved rounds; ns per marker = (time - time \
+         without marker) / markers fired, from the median over the copies of each copy's best round, \
+         [range over the copies]; \"median round\": the same from each copy's median round; \
+         \"vs flag\" = time / time of the flag design"
     );
+    let base_tight = summary(&m[0].base, false).0;
     println!(
         "a plain non-inlined call in the tight loop adds {:.2} ns",
-        per(tc, best[0].base, TIGHT_N)
+        per(tc, base_tight, TIGHT_N)
     );
-    for (w, b) in workloads.iter().zip(best.iter()) {
+    for (w, b) in workloads.iter().zip(m.iter()) {
+        let (base, blo, bhi) = summary(&b.base, false);
+        let base_med = summary(&b.base, true).0;
+        let unit = |x: f64| x / w.markers as f64 * 1e9;
         println!();
         println!(
-            "{}: {:.2} ns per {} without a marker",
+            "{}: {:.2} ns per {} without a marker (copies {:.2}–{:.2}; median round {:.2})",
             w.name,
-            b.base / w.markers as f64 * 1e9,
-            w.unit
+            unit(base),
+            w.unit,
+            unit(blo),
+            unit(bhi),
+            unit(base_med)
         );
         println!();
         println!(
-            "| design | disabled: ns/marker | disabled: slowdown | disabled: vs flag | \
-             enabled (1 empty probe): ns/marker | enabled: slowdown | enabled: vs flag |"
+            "| design | disabled: ns/marker [copies] | median round | slowdown | vs flag | \
+             enabled (1 empty probe): ns/marker [copies] | median round | slowdown | vs flag |"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let flag_off = summary(&b.off[1], false).0;
+        let flag_on = summary(&b.on[1], false).0;
         for (d, name) in DESIGNS.iter().enumerate() {
+            let (off, olo, ohi) = summary(&b.off[d], false);
+            let (on, nlo, nhi) = summary(&b.on[d], false);
+            let off_med = summary(&b.off[d], true).0;
+            let on_med = summary(&b.on[d], true).0;
             println!(
-                "| {} | {:.3} | {:+.1} % | {:.3} | {:.2} | {:+.1} % | {:.3} |",
+                "| {} | {:.3} [{:.3} – {:.3}] | {:.3} | {:+.1} % | {:.3} | {:.2} [{:.2} – {:.2}] | {:.2} | {:+.1} % | {:.3} |",
                 name,
-                per(b.off[d], b.base, w.markers),
-                pct(b.off[d], b.base),
-                b.off[d] / b.off[1],
-                per(b.on[d], b.base, w.markers),
-                pct(b.on[d], b.base),
-                b.on[d] / b.on[1],
+                per(off, base, w.markers),
+                per(olo, base, w.markers),
+                per(ohi, base, w.markers),
+                per(off_med, base_med, w.markers),
+                pct(off, base),
+                off / flag_off,
+                per(on, base, w.markers),
+                per(nlo, base, w.markers),
+                per(nhi, base, w.markers),
+                per(on_med, base_med, w.markers),
+                pct(on, base),
+                on / flag_on,
             );
         }
     }
