@@ -348,6 +348,9 @@ fn empty_call(i: u64) {
 }
 tight!(@call tight_call_ref);
 
+/// A macro benchmark: (result checksum, count) of its input.
+type TextFn = fn(&[u8]) -> (u64, u64);
+
 /// A benchmarked function and what it is fed.
 type Run = Box<dyn Fn() -> (u64, u64)>;
 
@@ -463,13 +466,11 @@ fn main() {
         assert_eq!(f(j), (jsum, nvalues));
     }
     let tight = |f: fn(u64) -> u64| -> Run { Box::new(move || (f(black_box(TIGHT_N)), 0)) };
-    let words = |f: fn(&[u8]) -> (u64, u64)| -> Run { Box::new(move || f(black_box(t))) };
-    let parse = |f: fn(&[u8]) -> (u64, u64)| -> Run { Box::new(move || f(black_box(j))) };
+    let words = |f: TextFn| -> Run { Box::new(move || f(black_box(t))) };
+    let parse = |f: TextFn| -> Run { Box::new(move || f(black_box(j))) };
     let runs = |fs: &[fn(u64) -> u64; COPIES]| fs[..copies].iter().map(|&f| tight(f)).collect();
-    let wruns =
-        |fs: &[fn(&[u8]) -> (u64, u64); COPIES]| fs[..copies].iter().map(|&f| words(f)).collect();
-    let jruns =
-        |fs: &[fn(&[u8]) -> (u64, u64); COPIES]| fs[..copies].iter().map(|&f| parse(f)).collect();
+    let wruns = |fs: &[TextFn; COPIES]| fs[..copies].iter().map(|&f| words(f)).collect();
+    let jruns = |fs: &[TextFn; COPIES]| fs[..copies].iter().map(|&f| parse(f)).collect();
     let workloads = [
         Workload {
             name: format!("tight loop ({TIGHT_N} iterations of acc += black_box(i))"),
