@@ -21,13 +21,16 @@
 //! critical section once.
 
 #[cfg(feature = "std")]
-pub use self::tls::{ReadGuard, Reader, in_read_section, read_lock, reader, synchronize};
+pub use self::tls::{ReadGuard, in_read_section, read_lock, synchronize};
+
+#[cfg(feature = "std")]
+pub(crate) use self::tls::reader;
 
 #[cfg(all(not(feature = "std"), feature = "critical-section"))]
 pub use self::cs::{ReadGuard, in_read_section, read_lock, synchronize};
 
 #[cfg(not(feature = "std"))]
-pub use self::nostd::{Reader, reader};
+pub(crate) use self::nostd::reader;
 
 #[cfg(all(not(feature = "std"), not(feature = "critical-section")))]
 pub use self::none::{ReadGuard, in_read_section, read_lock};
