@@ -207,7 +207,8 @@ unsafe fn dispatch_in(frame: *mut KeyHead, g: crate::rcu::ReadGuard) -> KeyRet {
     unsafe {
         core.dispatch_locked(args)
     };
-    drop(g);
+    // `g` is left here (without `std` it may have nothing to do).
+    let _left = g;
     KeyRet { frame, panicked: 0 }
 }
 
