@@ -15,7 +15,7 @@
 //! pointer on every byte (docs/ARCHITECTURE.md, Markers). Here the block
 //! runs one `asm!` block that saves those nine registers into a
 //! [`KeyFrame`] on the stack (which also holds the argument tuple), calls
-//! the dispatcher with the frame and the marker, and restores them. Its
+//! the dispatcher with the frame (holding the marker), and restores them. Its
 //! only operand is the frame's address, in a register of the allocator's
 //! choosing (the marker's address comes from a relocated word the block
 //! emits, the arguments sit at a fixed offset in the frame), so nothing is
@@ -26,10 +26,21 @@
 //! the allocator has no reason to touch the hot path. The price is paid
 //! only when enabled: nine stores and nine loads per firing.
 //!
-//! A panicking probe: with `std`, the panic is caught in the dispatcher
-//! and resumed in the firing code once the registers are restored, so it
-//! unwinds through the firing function as with the other designs; without
-//! `std` the dispatcher is `extern "C"` and a panic aborts.
+//! The enabled path is kept short (docs/ARCHITECTURE.md, Markers, "The
+//! enabled path"): the site stores the marker's address into the frame and
+//! passes only the frame; [`key_dispatch`] keeps three values in saved
+//! registers (the frame, its read-side slot, the slot word it entered
+//! with), calls the one probe straight from the probe array (which holds
+//! its first entry and its marker) and returns the frame in `rax` and
+//! whether a probe panicked in `rdx`.
+//!
+//! A panicking probe: with `std`, the panic is caught in the dispatcher,
+//! boxed into the frame and reported in `rdx`; the site tests `rdx`
+//! before restoring the registers (`mov` leaves the flags alone) and
+//! branches to a label block that resumes the panic, so it unwinds through
+//! the firing function as with the other designs, and the path without a
+//! panic stores and loads nothing for it. Without `std` the dispatcher is
+//! `extern "C"` and a panic aborts.
 
 use core::mem::MaybeUninit;
 

@@ -19,7 +19,8 @@
 //!
 //! Run: `cargo bench -p fntrace --bench markers`
 //! (`MARKER_BENCH_ROUNDS=N` for another number of rounds, default 61;
-//! `MARKER_BENCH_COPIES=N` to time only the first N copies).
+//! `MARKER_BENCH_COPIES=N` to time only the first N copies;
+//! `MARKER_BENCH_VERBOSE=1` to print each copy's best time as well).
 //! For a comparison with still less placement luck, build with every
 //! function and branch target aligned, in a separate target directory:
 //! `CARGO_TARGET_DIR=target/aligned RUSTFLAGS="-C llvm-args=-align-all-functions=6
@@ -434,6 +435,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(COPIES)
         .clamp(1, COPIES);
+    let verbose = std::env::var_os("MARKER_BENCH_VERBOSE").is_some();
     let t: &'static [u8] = Vec::leak(text(1 << 20));
     let j: &'static [u8] = Vec::leak(json(1 << 20));
     let (distinct, nwords) = c0::words_base(t);
@@ -596,6 +598,22 @@ fn main() {
              enabled (1 empty probe): ns/marker [copies] | median round | slowdown | vs flag |"
         );
         println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        if verbose {
+            let row = |what: &str, t: &Times| {
+                let v: Vec<String> = t
+                    .per_copy(false)
+                    .iter()
+                    .map(|&x| format!("{:.3}", unit(x)))
+                    .collect();
+                println!("  {what}: ns per {} by copy: {}", w.unit, v.join(" "));
+            };
+            row("without a marker", &b.base);
+            for (d, name) in DESIGNS.iter().enumerate() {
+                row(&format!("{name}, disabled"), &b.off[d]);
+                row(&format!("{name}, enabled"), &b.on[d]);
+            }
+            println!();
+        }
         let flag_off = summary(&b.off[1], false).0;
         let flag_on = summary(&b.on[1], false).0;
         for (d, name) in DESIGNS.iter().enumerate() {
