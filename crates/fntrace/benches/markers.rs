@@ -11,7 +11,8 @@
 //! loop's branches sit): the same source, built twice with a different
 //! function in front of it, measures differently. So every benchmarked
 //! function is compiled in [`COPIES`] copies (identical loops, one salt
-//! constant apart so that they are not merged, at different addresses),
+//! constant apart so that they are not merged; their loops at each of the
+//! four 16-byte offsets within a 64-byte line, two copies each, [`pad!`]),
 //! each copy is timed in every round, and the tables give the median over
 //! the copies of each copy's best round (best: the least disturbed by other
 //! processes; median over copies: the typical placement, not the luckiest),
@@ -274,9 +275,12 @@ macro_rules! json_parse {
     };
 }
 
-/// In a copy's function, before its loop: a jump over `21 × SALT` bytes,
-/// so that each copy's loop sits at another offset within cache lines and
-/// fetch blocks (taken once per call).
+/// In a copy's function, before its loop: a jump to 16 × (`SALT` mod 4)
+/// bytes past the next 64-byte boundary (taken once per call). What
+/// follows, the loop included, then sits at the same offset within its
+/// 64-byte lines in every build, and that offset takes each of its four
+/// values (loop heads are aligned to 16 bytes) in two of the eight copies,
+/// which differ in their higher address bits.
 macro_rules! pad {
     () => {
         // SAFETY: a jump over padding bytes (int3) to the next instruction;
@@ -284,9 +288,10 @@ macro_rules! pad {
         unsafe {
             core::arch::asm!(
                 "jmp 2f",
+                ".p2align 6, 0xcc",
                 ".skip {n}, 0xcc",
                 "2:",
-                n = const 21 * SALT,
+                n = const 16 * (SALT % 4),
                 options(nomem, nostack, preserves_flags)
             )
         }
@@ -294,7 +299,7 @@ macro_rules! pad {
 }
 
 /// Copies of every benchmarked function (see the module documentation).
-const COPIES: usize = 5;
+const COPIES: usize = 8;
 
 /// One copy of every benchmarked function, in module `$copy`; `SALT`
 /// (different per copy) places its loops differently ([`pad!`]) and keeps
@@ -327,11 +332,23 @@ copy!(c1, 1);
 copy!(c2, 2);
 copy!(c3, 3);
 copy!(c4, 4);
+copy!(c5, 5);
+copy!(c6, 6);
+copy!(c7, 7);
 
 /// Function `$f` of every copy.
 macro_rules! all {
     ($f:ident) => {
-        [c0::$f, c1::$f, c2::$f, c3::$f, c4::$f]
+        [
+            c0::$f,
+            c1::$f,
+            c2::$f,
+            c3::$f,
+            c4::$f,
+            c5::$f,
+            c6::$f,
+            c7::$f,
+        ]
     };
 }
 
