@@ -1091,7 +1091,8 @@ fn page_calls(dom: &str) -> (HashMap<u64, Vec<(usize, u64, u64, String)>>, Vec<S
             markers.push(l.to_string());
             continue;
         }
-        if f[1] == "offcpu" {
+        // Off-CPU intervals and flame-graph nodes (traces with --sched).
+        if f[1].parse::<usize>().is_err() {
             continue;
         }
         per.entry(f[0].parse().unwrap()).or_default().push((

@@ -411,10 +411,39 @@ fn the_html_timeline_draws_off_cpu_slices_under_the_call_they_happened_in() {
     export(&data, "html", &html, &[]);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("off-CPU interval(s)"), "the page's note");
+    // The top-functions table has report's Wait column: nap's is the three
+    // threads' sleep.
+    let row = page
+        .lines()
+        .find(|l| l.starts_with("<tr><td") && l.contains(">nap</td>"))
+        .expect("nap's row in the top functions");
+    let cells: Vec<&str> = row
+        .split("<td class=\"n\">")
+        .skip(1)
+        .map(|c| &c[..c.find("</td>").unwrap()])
+        .collect();
+    let ns = |c: &str| -> f64 {
+        let mut f = c.split_whitespace();
+        let (v, u) = (f.next().unwrap(), f.next().unwrap_or("ns"));
+        let k = match u {
+            "s" => 1e9,
+            "ms" => 1e6,
+            "us" => 1e3,
+            _ => 1.0,
+        };
+        v.parse::<f64>().unwrap() * k
+    };
+    assert!(page.contains(">wait</th>"), "a wait column");
+    close_to(
+        "html top functions: nap's wait",
+        ns(cells[2]) as u64 / 3,
+        slept.values().sum::<u64>() / 3,
+    );
     // Headless Chromium decodes the page's data and draws it; the
-    // #selftest listing has a line per call and per off-CPU interval, and
-    // per thread the colour drawn and the tooltip at its longest blocked and
-    // longest preempted interval.
+    // #selftest listing has a line per call and per off-CPU interval, per
+    // thread the colour drawn and the tooltip at its longest blocked and
+    // longest preempted interval, and every flame-graph node under each
+    // weight (wall, on CPU, off CPU).
     let url = format!("file://{}#selftest", html.display());
     let (dom, _) = common::chromium_dom(dir.path(), &url);
     let text = common::selftest_text(&dom);
@@ -429,7 +458,11 @@ fn the_html_timeline_draws_off_cpu_slices_under_the_call_they_happened_in() {
             && f[6] == "nap"
             && f[4].parse::<f64>().unwrap() >= NAP_SLEEP_MIN_NS
     };
-    let tids: std::collections::HashSet<&str> = lines.iter().map(|f| f[0]).collect();
+    let tids: std::collections::HashSet<&str> = lines
+        .iter()
+        .map(|f| f[0])
+        .filter(|t| t.parse::<u32>().is_ok())
+        .collect();
     assert_eq!(tids.len(), 4, "main and three sleepers: {tids:?}");
     let mut sleeps = 0;
     for tid in tids {
@@ -487,6 +520,20 @@ fn the_html_timeline_draws_off_cpu_slices_under_the_call_they_happened_in() {
             sum += dur;
         }
         close_to(&format!("html [{tid}]"), sum as u64, s);
+        // The thread's flame graph weighted by off-CPU time puts the sleep
+        // in sleeper;nap, on-CPU time leaves it out, and the two add up
+        // to wall time.
+        let (wall, on, off) = (
+            flame(&lines, "wall", "sleeper;nap"),
+            flame(&lines, "on", "sleeper;nap"),
+            flame(&lines, "off", "sleeper;nap"),
+        );
+        close_to(&format!("html flame off-CPU [{tid}]"), off as u64, s);
+        assert!(on * 10.0 < s as f64, "[{tid}]: nap on CPU {on} ns");
+        assert!(
+            (wall - on - off).abs() < 1e3,
+            "[{tid}]: {wall} != {on} + {off}"
+        );
         // Drawn in the blocked colour (#9aa3ad), with its tooltip: one of
         // the sleeps, "off CPU (blocked) in nap | 50.081 ms at ...".
         let drawn = drawn("off CPU (blocked) in ")
@@ -511,4 +558,22 @@ fn the_html_timeline_draws_off_cpu_slices_under_the_call_they_happened_in() {
         );
     }
     assert_eq!(sleeps, 30);
+    // The merged flame graph (all threads): the three sleeps in one node.
+    let all: Vec<&Vec<&str>> = lines.iter().filter(|f| f[0] == "all").collect();
+    let off = flame(&all, "off", "sleeper;nap");
+    close_to(
+        "html flame off-CPU, all threads",
+        off as u64 / 3,
+        slept.values().sum::<u64>() / 3,
+    );
+}
+
+/// The total of flame-graph node `path` under `weight` in the #selftest
+/// lines ("tid flame weight total path").
+fn flame(lines: &[&Vec<&str>], weight: &str, path: &str) -> f64 {
+    let l = lines
+        .iter()
+        .find(|f| f.len() >= 5 && f[1] == "flame" && f[2] == weight && f[4] == path)
+        .unwrap_or_else(|| panic!("no {weight} flame node {path}"));
+    l[3].parse().unwrap()
 }

@@ -610,11 +610,6 @@ fn main() {
             unit(base_med)
         );
         println!();
-        println!(
-            "| design | disabled: ns/marker [copies] | median round | slowdown | vs flag | \
-             enabled (1 empty probe): ns/marker [copies] | median round | slowdown | vs flag |"
-        );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         if verbose {
             let row = |what: &str, t: &Times| {
                 let v: Vec<String> = t
@@ -622,7 +617,7 @@ fn main() {
                     .iter()
                     .map(|&x| format!("{:.3}", unit(x)))
                     .collect();
-                println!("  {what}: ns per {} by copy: {}", w.unit, v.join(" "));
+                println!("{what}: ns per {} by copy: {}", w.unit, v.join(" "));
             };
             row("without a marker", &b.base);
             for (d, name) in DESIGNS.iter().enumerate() {
@@ -631,6 +626,11 @@ fn main() {
             }
             println!();
         }
+        println!(
+            "| design | disabled: ns/marker [copies] | median round | slowdown | vs flag | \
+             enabled (1 empty probe): ns/marker [copies] | median round | slowdown | vs flag |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         let flag_off = summary(&b.off[1], false).0;
         let flag_on = summary(&b.on[1], false).0;
         for (d, name) in DESIGNS.iter().enumerate() {

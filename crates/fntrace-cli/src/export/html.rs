@@ -20,7 +20,9 @@
 //! With off-CPU records (`record --sched`), each interval a thread spent
 //! off CPU inside a selected call is drawn as its own slice, one row below
 //! the innermost call it happened in (grey when the thread blocked, amber
-//! when it was preempted).
+//! when it was preempted), and the flame graph can be weighted by wall,
+//! on-CPU or off-CPU time (each node carries the off-CPU time inside its
+//! calls, as `--weight` does for the folded stacks).
 
 use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;
@@ -184,6 +186,8 @@ struct FlameNode {
     name: u32,
     total: u64,
     calls: u64,
+    /// Off-CPU ticks inside the node's calls (children included).
+    wait: u64,
 }
 
 /// What the page shows of one thread.
@@ -282,6 +286,7 @@ impl Collector<'_> {
                 name: u32::MAX,
                 total: 0,
                 calls: 0,
+                wait: 0,
             }],
         };
         let mut child: HashMap<(u32, u32), u32> = HashMap::default();
@@ -303,6 +308,7 @@ impl Collector<'_> {
                 && now.is_some_and(|now| out <= now)
             {
                 next_off += 1;
+                flame_wait(&mut t.flame, &stack, back.saturating_sub(out));
                 self.off_slice(
                     &mut t,
                     stack.last().map(|f| f.0),
@@ -326,6 +332,7 @@ impl Collector<'_> {
                                 name,
                                 total: 0,
                                 calls: 0,
+                                wait: 0,
                             });
                             (flame.len() - 1) as u32
                         })
@@ -389,6 +396,7 @@ impl Collector<'_> {
         }
         // Intervals after the last event: inside the calls still open.
         for &(out, back, preempted) in &offcpu[next_off.min(offcpu.len())..] {
+            flame_wait(&mut t.flame, &stack, back.saturating_sub(out));
             self.off_slice(
                 &mut t,
                 stack.last().map(|f| f.0),
@@ -428,6 +436,25 @@ impl Collector<'_> {
                 func,
                 preempted,
             });
+        }
+    }
+}
+
+/// Adds an off-CPU interval of `ticks` to the flame nodes of the open
+/// calls `stack` (name, entry, node) and to the thread's root; nothing
+/// outside every selected call. A call cut at the flame depth shares its
+/// ancestor's node, which counts the interval once.
+fn flame_wait(flame: &mut [FlameNode], stack: &[(u32, u64, u32)], ticks: u64) {
+    if stack.is_empty() {
+        return;
+    }
+    flame[0].wait = flame[0].wait.saturating_add(ticks);
+    let mut last = u32::MAX;
+    for &(_, _, node) in stack {
+        if node != last {
+            let n = &mut flame[node as usize];
+            n.wait = n.wait.saturating_add(ticks);
+            last = node;
         }
     }
 }
@@ -501,6 +528,9 @@ fn thread_json(t: &mut ThreadData, clock: &Clock) -> serde_json::Value {
             "fn": b64_u32(kept.iter().map(|&i| f[i].name)),
             "total": b64_f64(kept.iter().map(|&i| clock.ns(f[i].total) as f64)),
             "calls": b64_f64(kept.iter().map(|&i| f[i].calls as f64)),
+            // Within the node's wall time (the two clocks agree to
+            // microseconds, an interval may overhang its call by that).
+            "wait": b64_f64(kept.iter().map(|&i| clock.ns(f[i].wait.min(f[i].total)) as f64)),
             "pruned": pruned,
         },
     })
@@ -516,6 +546,7 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
     let clock = Clock::of(trace);
     let rows = crate::report::report_rows_and_markers(trace, false, SortKey::Total, sel).0;
     let calls: u64 = rows.iter().map(|r| r.calls).sum();
+    let waits = rows.iter().any(|r| r.wait_ns.is_some());
     let title = meta
         .process
         .as_ref()
@@ -672,20 +703,34 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
     writeln!(
         out,
         "<h2>Flame graph</h2><div class=\"help\">thread: <select id=\"fg-thread\"></select> \
+         <span id=\"fg-weight-box\">· time: <select id=\"fg-weight\"><option value=\"wall\">wall</option>\
+         <option value=\"on\">on CPU</option><option value=\"off\">off CPU</option></select></span> \
          · click: zoom in · <button id=\"fg-reset\">reset</button></div>\
          <div id=\"flame\"><canvas id=\"fg-canvas\"></canvas></div>\
          <div id=\"tip\" class=\"tip\"></div>"
     )?;
     writeln!(
         out,
-        "<h2>Top functions</h2><table class=\"top\"><colgroup><col class=\"n\"><col class=\"n\">\
+        "<h2>Top functions</h2><table class=\"top\"><colgroup><col class=\"n\"><col class=\"n\">{}\
          <col class=\"n\"><col class=\"n\"><col></colgroup>\
-         <tr><th>total</th><th>self</th><th>calls</th><th>avg</th><th class=\"f\">function</th></tr>"
+         <tr><th>total</th><th>self</th>{}<th>calls</th><th>avg</th><th class=\"f\">function</th></tr>",
+        if waits { "<col class=\"n\">" } else { "" },
+        // With off-CPU records, as in `report`: Self is time on CPU, Wait
+        // time off CPU, both in the function itself.
+        if waits {
+            "<th title=\"time off CPU in the function itself\">wait</th>"
+        } else {
+            ""
+        }
     )?;
     for r in rows.iter().take(50) {
+        let wait = match r.wait_ns {
+            Some(w) if waits => format!("<td class=\"n\">{}</td>", fmt_ns(w)),
+            _ => String::new(),
+        };
         writeln!(
             out,
-            "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+            "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td>{wait}<td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"f\" title=\"{}\">{}</td></tr>",
             fmt_ns(r.total_ns),
             fmt_ns(r.self_ns),

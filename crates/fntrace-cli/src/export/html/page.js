@@ -7,7 +7,8 @@
 // body[data-drawn] and body[data-load-ms]; with #selftest in the URL it
 // also lists every embedded call and off-CPU interval in <pre id="selftest">,
 // with, per thread, the colour drawn and the tooltip shown at its longest
-// blocked and longest preempted off-CPU interval (used by tests).
+// blocked and longest preempted off-CPU interval, and (with off-CPU
+// records) every flame-graph node under each weight (used by tests).
 "use strict";
 (function () {
   const dataEl = document.getElementById("data");
@@ -58,6 +59,7 @@
       fn: b64(t.flame.fn, Uint32Array),
       total: b64(t.flame.total, Float64Array),
       calls: b64(t.flame.calls, Float64Array),
+      wait: b64(t.flame.wait, Float64Array),
     },
   }));
   const label = (t) => (t.name ? t.name + " " : "") + "[" + t.tid + "]";
@@ -410,14 +412,26 @@
   const fgc = document.getElementById("fg-canvas");
   const fctx = fgc.getContext("2d");
   const fsel = document.getElementById("fg-thread");
+  // Weight (with off-CPU records): wall time, on CPU (wall minus the
+  // off-CPU time inside), off CPU.
+  const wsel = document.getElementById("fg-weight");
+  const hasOff = threads.some((t) => t.off.start.length > 0);
+  if (!hasOff) document.getElementById("fg-weight-box").style.display = "none";
+  const weigh = (f, i) => {
+    const w = wsel.value;
+    return w === "on" ? Math.max(0, f.total[i] - f.wait[i]) : w === "off" ? f.wait[i] : f.total[i];
+  };
   const flameOf = (which) => {
-    if (which >= 0) return threads[which].flame;
+    if (which >= 0) {
+      const f = threads[which].flame;
+      return { parent: f.parent, fn: f.fn, total: Float64Array.from(f.fn, (_, i) => weigh(f, i)), calls: f.calls };
+    }
     // All threads merged: the same call path on every thread is one node.
     const parent = [0], fn = [0xffffffff], totalA = [0], callsA = [0];
     const index = new Map();
     for (const t of threads) {
       const f = t.flame, map = new Uint32Array(f.fn.length);
-      totalA[0] += f.total[0];
+      totalA[0] += weigh(f, 0);
       callsA[0] += f.calls[0];
       for (let i = 1; i < f.fn.length; i++) {
         const p = map[f.parent[i]], key = p * 4294967296 + f.fn[i];
@@ -430,7 +444,7 @@
           totalA.push(0);
           callsA.push(0);
         }
-        totalA[m] += f.total[i];
+        totalA[m] += weigh(f, i);
         callsA[m] += f.calls[i];
         map[i] = m;
       }
@@ -514,7 +528,8 @@
     const nm = i === 0 ? fsel.options[fsel.selectedIndex].text : names[f.fn[i]];
     showTip(
       e,
-      "<b>" + esc(nm) + "</b><br>total <span class=n>" + fmt(f.total[i]) + "</span> (" +
+      "<b>" + esc(nm) + "</b><br>" + (hasOff ? wsel.options[wsel.selectedIndex].text + " " : "") +
+        "total <span class=n>" + fmt(f.total[i]) + "</span> (" +
         ((100 * f.total[i]) / all).toFixed(2) + "%) · self <span class=n>" + fmt(F.self[i]) +
         "</span> · <span class=n>" + f.calls[i] + "</span> calls"
     );
@@ -534,6 +549,7 @@
     drawFlame();
   };
   fsel.addEventListener("change", chooseFlame);
+  wsel.addEventListener("change", chooseFlame);
   document.getElementById("fg-reset").addEventListener("click", () => {
     focus = 0;
     drawFlame();
@@ -608,6 +624,25 @@
       roots.push(F.f.calls[0]);
     }
     document.body.dataset.selftestFlame = roots.join(" ");
+    // With off-CPU records: every node of every thread's flame graph and
+    // of the merged one, under each weight ("tid|all flame WEIGHT total
+    // path", the path's names joined by ';').
+    if (hasOff) {
+      for (const w of ["wall", "on", "off"]) {
+        wsel.value = w;
+        wsel.dispatchEvent(new Event("change"));
+        for (let c = -1; c < threads.length; c++) {
+          fsel.value = String(c);
+          fsel.dispatchEvent(new Event("change"));
+          const f = F.f, path = [""];
+          for (let i = 1; i < f.fn.length; i++) {
+            path[i] = (f.parent[i] ? path[f.parent[i]] + ";" : "") + names[f.fn[i]];
+            out.push((c < 0 ? "all" : threads[c].tid) + " flame " + w + " " + f.total[i] + " " + path[i]);
+          }
+        }
+      }
+      wsel.value = "wall";
+    }
     fsel.value = "-1";
     chooseFlame();
     [v0, v1] = home;
