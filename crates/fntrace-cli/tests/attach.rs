@@ -538,7 +538,9 @@ fn wait_info(path: &Path, what: &str) -> String {
             .output()
             .unwrap();
         let s = String::from_utf8_lossy(&o.stdout).into_owned();
-        if s.contains(what) {
+        // The detach record is written before the session finishes: wait
+        // for the end too, not only for the record.
+        if s.contains(what) && !s.contains("# ending        unfinished") {
             return s;
         }
         assert!(
