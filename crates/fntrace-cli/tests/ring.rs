@@ -24,7 +24,13 @@ const PROG: &str = "#include <stdio.h>\n\
     #include <stdlib.h>\n\
     #include <string.h>\n\
     #include <unistd.h>\n\
+    #ifdef LEAF_WORK\n\
+    __attribute__((noinline)) int leaf(int x) {\n\
+      volatile int s = x; for (int j = 0; j < LEAF_WORK; j++) s += j; return x * 3 + 1;\n\
+    }\n\
+    #else\n\
     __attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }\n\
+    #endif\n\
     __attribute__((noinline)) void boom(volatile int *p) { *p = 1; }\n\
     __attribute__((noinline)) int step(long i, long crash_at) {\n\
       int s = 0, n = (int)(i % 61) + 1;\n\
@@ -54,19 +60,18 @@ const PROG: &str = "#include <stdio.h>\n\
     }\n";
 
 fn build(dir: &Path) -> PathBuf {
+    build_with(dir, "ring", &[])
+}
+
+/// [`PROG`] built as `dir/name` with the extra gcc `flags`.
+fn build_with(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let c = dir.join("ring.c");
     std::fs::write(&c, PROG).unwrap();
-    let bin = dir.join("ring");
-    tool(
-        "gcc",
-        &[
-            "-O1",
-            "-pg",
-            "-o",
-            bin.to_str().unwrap(),
-            c.to_str().unwrap(),
-        ],
-    );
+    let bin = dir.join(name);
+    let mut args = vec!["-O1", "-pg"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["-o", bin.to_str().unwrap(), c.to_str().unwrap()]);
+    tool("gcc", &args);
     bin
 }
 
@@ -216,6 +221,48 @@ fn ring_of_a_crash_in_a_traced_function_ends_in_it() {
     );
     let f = |i: u64| i % 61 + 1;
     assert_eq!(*w.steps.last().unwrap(), f(last));
+    check_window(&w, last);
+}
+
+/// With the time filter (`-t`), entries are held back and written when a
+/// call is kept, through their own chunk switches: the ring must still
+/// reuse its oldest chunks (it once kept them claimed, so the ring filled
+/// up and dropped everything after, as if `--max-size` had been reached).
+/// Every `leaf` here does some work (a call that does nothing can read
+/// the same TSC at its entry and exit: this machine's TSC moves in steps
+/// of about 10 ns), so every call lasts more than 1 ns and the window is
+/// that of a ring without the filter.
+#[test]
+fn ring_with_a_time_filter_wraps_and_keeps_the_last_events() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build_with(d.path(), "ring-work", &["-DLEAF_WORK=100"]);
+    let data = d.path().join("t.data");
+    let o = record_cmd(
+        &data,
+        &["--ring", "1M", "-t", "1ns"],
+        &bin,
+        &["-1", "40000"],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("full"), "{err}");
+    let last: u64 = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(last, 39_999);
+    let (t, w) = window(&data);
+    assert!(ring_bytes(&t) <= 1 << 20);
+    assert_eq!(
+        t.final_block().map(|f| f.lost_events),
+        Some(0),
+        "events dropped by the runtime"
+    );
+    assert!(w.incomplete.is_empty(), "{:?}", w.incomplete);
     check_window(&w, last);
 }
 

@@ -45,9 +45,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use fntrace_format::event::{Framed, MAX_COMPACT_LEN};
 
 use super::state::ThreadState;
-use super::write::{
-    claim_chunk_at, entry_with_delta, exit_now, exit_with_delta, seal, write_record,
-};
+use super::write::{entry_with_delta, exit_now, exit_with_delta, next_chunk_at, write_record};
 use crate::clock;
 use crate::features::{FEAT_TIME, set_feature};
 
@@ -447,16 +445,7 @@ fn room_at(t: &mut ThreadState, tsc: u64) -> bool {
     if t.cur.pos as usize + ROOM <= t.cur.limit as usize {
         return true;
     }
-    // SAFETY: only called by an attached thread; sessions are leaked.
-    let s = unsafe { &*t.session_ptr };
-    seal(&t.cur);
-    let (tid, depth) = (t.tid, t.depth);
-    if !claim_chunk_at(s, &mut t.cur, tid, depth, Some(tsc)) {
-        t.full = true;
-        t.session = 0;
-        return false;
-    }
-    true
+    next_chunk_at(t, tsc)
 }
 
 /// Writes the logged events, each at its own time, and empties the log.
@@ -560,14 +549,7 @@ fn write_held(t: &mut ThreadState, upto: u32) {
         t.pend.written += 1;
         if t.cur.pos as usize + ROOM > t.cur.limit as usize {
             // The new chunk starts at this entry's time, not now.
-            // SAFETY: only called by an attached thread; sessions are
-            // leaked.
-            let s = unsafe { &*t.session_ptr };
-            seal(&t.cur);
-            let (tid, depth) = (t.tid, t.depth);
-            if !claim_chunk_at(s, &mut t.cur, tid, depth, Some(held.tsc)) {
-                t.full = true;
-                t.session = 0;
+            if !next_chunk_at(t, held.tsc) {
                 return;
             }
         }

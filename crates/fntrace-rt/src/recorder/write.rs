@@ -257,6 +257,22 @@ pub(crate) fn next_chunk(t: &mut ThreadState) {
     flush_lost(s, t);
 }
 
+/// Moves a thread to a fresh chunk whose timeline starts at `base` (the
+/// time of a held-back record about to be written), sealing and releasing
+/// the full one (in a ring its slot can be reused); false, with the thread
+/// detached, when the session is full.
+pub(crate) fn next_chunk_at(t: &mut ThreadState, base: u64) -> bool {
+    // SAFETY: only called by an attached thread; sessions are leaked.
+    let s = unsafe { &*t.session_ptr };
+    seal_release(s, &t.cur);
+    if !claim_chunk_at(s, &mut t.cur, t.tid, t.depth, Some(base)) {
+        t.full = true;
+        t.session = 0;
+        return false;
+    }
+    true
+}
+
 /// Reports events dropped so far in a `Lost` record.
 pub(crate) fn flush_lost(s: &Session, t: &mut ThreadState) {
     if t.lost > 0 {
