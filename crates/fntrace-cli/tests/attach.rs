@@ -732,38 +732,119 @@ fn attach_with_a_ring_keeps_a_bounded_window() {
     assert!(t.file_len() <= 1 << 20);
     let w = fntrace_cli::info::ring_window(&t).unwrap();
     assert!(w.overwritten_chunks > 0, "the ring never wrapped");
-    struct Nest<'m>(fntrace_cli::symbols::Symbolizer<'m>, Vec<String>);
+    check_nesting(&t, 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Checks that every thread of `t` calls `middle` from `outer` and
+/// `leaf_mul` from `middle` (or from a frame entered before the window),
+/// and that every complete call lasted at least `min_ns`; returns the
+/// number of complete `outer` calls.
+fn check_nesting(t: &Trace, min_ns: u64) -> u64 {
+    struct Nest<'m> {
+        sym: fntrace_cli::symbols::Symbolizer<'m>,
+        clock: fntrace_cli::analysis::Clock,
+        stack: Vec<String>,
+        min_ns: u64,
+        outer: u64,
+    }
     impl fntrace_cli::analysis::Visitor for Nest<'_> {
         fn enter(&mut self, func: u64, depth: usize, _tsc: u64) {
             let n = self
-                .0
+                .sym
                 .name(func)
                 .rsplit("::")
                 .next()
                 .unwrap_or("")
                 .to_string();
-            self.1.truncate(depth);
-            let parent = self.1.last().cloned().unwrap_or_default();
+            self.stack.truncate(depth);
+            let parent = self.stack.last().cloned().unwrap_or_default();
             let ok = match n.as_str() {
                 "middle" => parent == "outer" || parent == fntrace_cli::symbols::BEFORE_WINDOW,
                 "leaf_mul" => parent == "middle" || parent == fntrace_cli::symbols::BEFORE_WINDOW,
                 _ => true,
             };
             assert!(ok, "{n} called from {parent:?}");
-            self.1.push(n);
+            self.stack.push(n);
         }
         fn call(&mut self, c: &fntrace_cli::analysis::Call) {
             assert!(c.end >= c.start);
+            if c.incomplete {
+                return;
+            }
+            let name = self.sym.name(c.func);
+            let ns = self.clock.ns(c.end - c.start);
+            assert!(
+                ns >= self.min_ns,
+                "{name} lasted {ns} ns, under the filter's {} ns",
+                self.min_ns
+            );
+            if name.ends_with("outer") {
+                self.outer += 1;
+            }
         }
     }
+    let mut outer = 0;
     for tid in t.thread_ids() {
-        let s = fntrace_cli::analysis::walk_thread(
-            &t,
-            tid,
-            &mut Nest(fntrace_cli::symbols::Symbolizer::new(t.metadata()), vec![]),
-        );
+        let mut v = Nest {
+            sym: fntrace_cli::symbols::Symbolizer::new(t.metadata()),
+            clock: fntrace_cli::analysis::Clock::of(t),
+            stack: vec![],
+            min_ns,
+            outer: 0,
+        };
+        let s = fntrace_cli::analysis::walk_thread(t, tid, &mut v);
         assert!(s.damage.is_empty(), "{:?}", s.damage);
+        outer += v.outer;
     }
+    outer
+}
+
+/// `record -p -t 100ns --ring 1M`: the time filter and the flight
+/// recorder are handed over at run time like the other options: every
+/// call in the window lasted at least 100 ns, nested as the program makes
+/// them (an `outer` call, seven calls, lasts longer; most leaves do not),
+/// and `info` says which filter was active.
+#[test]
+fn attach_with_a_time_filter_keeps_only_the_long_calls() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(d.path(), "pfe5");
+    let mut child = Command::new(&bin)
+        .arg("0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut l = String::new();
+    output.read_line(&mut l).unwrap();
+    assert!(l.starts_with("ready "), "{l}");
+    let out = d.path().join("t.data");
+    let o = attach_cmd(
+        child.id() as i32,
+        &out,
+        Some("1s"),
+        &["-t", "100ns", "--ring", "1M"],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("only calls that lasted at least 100 ns"),
+        "{err}"
+    );
+    let t = Trace::open(&out).unwrap();
+    assert!(t.damage().is_empty(), "{:?}", t.damage());
+    assert_eq!(t.metadata().time_filter_ns(), 100);
+    let outer = check_nesting(&t, 100);
+    assert!(outer > 1000, "only {outer} outer calls kept");
+    let info = common::tool(
+        common::fntrace_bin().to_str().unwrap(),
+        &["info", out.to_str().unwrap()],
+    );
+    assert!(info.contains("-t 100 ns"), "{info}");
     child.kill().unwrap();
     child.wait().unwrap();
 }
