@@ -28,7 +28,8 @@ pub(crate) const OFF_MCOUNT: u8 = 4;
 /// `#[instrument_fn(fentry = "off")]`, for its `__fentry__` calls.
 pub(crate) const OFF_FENTRY: u8 = 8;
 
-static HAS_TRACE: AtomicBool = AtomicBool::new(false);
+/// Whether any `-F` filter is given (read by the assembly fast path).
+pub(crate) static HAS_TRACE: AtomicBool = AtomicBool::new(false);
 /// Whether the `#[instrument_fn]` policies are read (compiler hooks
 /// record), and whether they alone turn the classification on
 /// (`FNTRACE_KEEP_CALLS`: hook calls stay calls without `-F`/`-N`).
@@ -57,8 +58,18 @@ static PATTERNS: Mutex<Option<Patterns>> = Mutex::new(None);
 const CACHE_SLOTS: usize = 4096;
 /// Bits of a cache entry that hold the class.
 const CLASS_BITS: u32 = 4;
-/// Direct-mapped cache: `(addr << CLASS_BITS) | class`, 0 = empty.
-static CACHE: [AtomicU64; CACHE_SLOTS] = [const { AtomicU64::new(0) }; CACHE_SLOTS];
+/// Direct-mapped cache: `(addr << CLASS_BITS) | class`, 0 = empty; the
+/// slot of `addr` is `((addr >> 4) ^ (addr >> 16)) % CACHE_SLOTS`.
+///
+/// The entry fast path of the trampolines (`calls::fast::fast_filter!`)
+/// reads it too: with `-F`/`-N`, a call whose entry is exactly `addr <<
+/// CLASS_BITS` (a hit of class [`NORMAL`]) is decided there (recorded, or
+/// left alone without entering Rust); a miss or any other class takes the
+/// Rust path, which fills the slot. The assertion below keeps the numbers
+/// the assembly uses.
+pub(crate) static CACHE: [AtomicU64; CACHE_SLOTS] = [const { AtomicU64::new(0) }; CACHE_SLOTS];
+
+const _: () = assert!(CACHE_SLOTS == 4096 && CLASS_BITS == 4 && NORMAL == 0);
 
 struct Patterns {
     trace: Vec<regex_lite::Regex>,

@@ -67,12 +67,20 @@ pub(crate) use {fast_pop_args, fast_push_args};
 /// The thread state into r11 and the checks every fast path makes: a
 /// session is active (a thread that never attached has session 0 too),
 /// the thread is attached to it, no hot-path feature but the time filter
-/// (`FEAT_TIME`, 16) is on, the thread is not inside the recorder. Jumps
-/// to `89f` otherwise.
+/// (`FEAT_TIME`, 16) is on — and the filters (`FEAT_FILTERS`, 1) in the
+/// `filtered` form, for paths that decide them ([`fast_filter!`]) or
+/// whose shadow frame carries the decision (exits) — the thread is not
+/// inside the recorder. Jumps to `89f` otherwise.
 /// Operands: `session` (`recorder::SESSION`), `features`
 /// (`features::FEATURES`).
 macro_rules! fast_checks {
     () => {
+        $crate::calls::fast::fast_checks!("0xffffffef")
+    };
+    (filtered) => {
+        $crate::calls::fast::fast_checks!("0xffffffee")
+    };
+    ($mask:literal) => {
         concat!(
             "mov r11, qword ptr fs:[0]\n",
             "add r11, qword ptr [rip + fntrace_thread_state@GOTTPOFF]\n",
@@ -83,7 +91,9 @@ macro_rules! fast_checks {
             $crate::recorder::t_session!(),
             "], eax\n",
             "jne 89f\n",
-            "test dword ptr [rip + {features}], 0xffffffef\n",
+            "test dword ptr [rip + {features}], ",
+            $mask,
+            "\n",
             "jne 89f\n",
             "cmp byte ptr [r11 + ",
             $crate::recorder::t_busy!(),
@@ -368,6 +378,92 @@ macro_rules! fast_time_exit {
 }
 pub(crate) use fast_time_exit;
 
+/// The `-F`/`-N` decision of an entry (`FEAT_FILTERS`), for a function in
+/// r8 on the thread in r11, the new frame's mark in r9 (kept): a hit of
+/// class `NORMAL` in the filter cache (`filter::CACHE`, the same slot
+/// formula; the entry is then exactly `r8 << 4`) is decided here — left
+/// alone when the thread is inside a `-N` region, or outside every `-F`
+/// region while `-F` is given: `$reject` runs (it must leave: restore the
+/// pushed registers and return; `busy` is not set); otherwise the entry
+/// goes on to be recorded. A miss or any other class (`-F`, `-N`, a
+/// framework turned off) bails out (`89f`) to the Rust path, which fills
+/// the cache. Without the feature, nothing. `$go` (default `83f`, the
+/// end of this code) is where a call to record goes. Clobbers rax, rdx.
+/// Operands: `fcache` (`filter::CACHE`), `has_trace` (`filter::HAS_TRACE`).
+macro_rules! fast_filter {
+    ($reject:expr) => {
+        $crate::calls::fast::fast_filter!($reject, "83f")
+    };
+    ($reject:expr, $go:literal) => {
+        concat!(
+            "test dword ptr [rip + {features}], 1\n",
+            "jz ",
+            $go,
+            "\n",
+            "mov rax, r8\n",
+            "shr rax, 4\n",
+            "mov rdx, r8\n",
+            "shr rdx, 16\n",
+            "xor rax, rdx\n",
+            "and eax, 4095\n",
+            "lea rdx, [rip + {fcache}]\n",
+            "mov rax, qword ptr [rdx + rax * 8]\n",
+            "mov rdx, r8\n",
+            "shl rdx, 4\n",
+            "cmp rax, rdx\n",
+            "jne 89f\n",
+            "cmp dword ptr [r11 + ",
+            $crate::recorder::t_notrace_regions!(),
+            "], 0\n",
+            "jne 84f\n",
+            "cmp byte ptr [rip + {has_trace}], 0\n",
+            "je ",
+            $go,
+            "\n",
+            "cmp dword ptr [r11 + ",
+            $crate::recorder::t_trace_regions!(),
+            "], 0\n",
+            "jne ",
+            $go,
+            "\n",
+            "84:\n",
+            $reject,
+            "83:\n",
+        )
+    };
+}
+pub(crate) use fast_filter;
+
+/// What an explicit-exit entry (cyg_profile, XRay) does with a call the
+/// filters leave alone, as the Rust path does: an unrecorded shadow frame
+/// (flags 0, mark `$mark` loaded into r9) for its exit to pop, then
+/// `$done`. Clobbers rax, rcx.
+macro_rules! reject_explicit {
+    ($mark:expr, $done:expr) => {
+        concat!(
+            "mov rcx, qword ptr [r11 + ",
+            $crate::recorder::t_sh_len!(),
+            "]\n",
+            "mov rax, rcx\n",
+            "shl rax, 5\n",
+            "add rax, qword ptr [r11 + ",
+            $crate::recorder::t_sh_base!(),
+            "]\n",
+            "mov qword ptr [rax + 16], r8\n",
+            $mark,
+            "mov qword ptr [rax], 0\n",
+            "mov qword ptr [rax + 8], r9\n",
+            "mov qword ptr [rax + 24], 0\n",
+            "inc rcx\n",
+            "mov qword ptr [r11 + ",
+            $crate::recorder::t_sh_len!(),
+            "], rcx\n",
+            $done,
+        )
+    };
+}
+pub(crate) use reject_explicit;
+
 /// The entry fast path: `$push` saves what it must of rax, rdx, rcx, rsi,
 /// r8, r9 and r11 (usually [`fast_push_args!`]), `$func` loads the
 /// function key into r8 (it may jump to `89f`); `$restored_check` is
@@ -382,10 +478,42 @@ pub(crate) use fast_time_exit;
 /// `session`, `features`, `switch` and those of `$func`/`$frame`.
 macro_rules! fast_entry {
     ($push:expr, $func:expr, $restored_check:expr, $mark:expr, $frame:expr, $done:expr, $bail:expr) => {
+        $crate::calls::fast::fast_entry!(
+            @ $crate::calls::fast::fast_checks!(),
+            "",
+            "",
+            $push,
+            $func,
+            $restored_check,
+            $mark,
+            $frame,
+            $done,
+            $bail
+        )
+    };
+    (filtered $reject:expr, $push:expr, $func:expr, $restored_check:expr, $mark:expr, $frame:expr, $done:expr, $bail:expr) => {
+        $crate::calls::fast::fast_entry!(
+            @ $crate::calls::fast::fast_checks!(filtered),
+            $crate::calls::fast::fast_filter!($reject),
+            // No shadow stack yet: nothing to unwind, the filters can
+            // still leave the call alone (a thread whose every call is
+            // outside the selection never reserves one); anything else
+            // is for the Rust path, which reserves it.
+            $crate::calls::fast::fast_filter!($reject, "89f"),
+            $push,
+            $func,
+            $restored_check,
+            $mark,
+            $frame,
+            $done,
+            $bail
+        )
+    };
+    (@ $checks:expr, $filter:expr, $nostack:expr, $push:expr, $func:expr, $restored_check:expr, $mark:expr, $frame:expr, $done:expr, $bail:expr) => {
         concat!(
             $push,
             $func,
-            $crate::calls::fast::fast_checks!(),
+            $checks,
             $restored_check,
             "mov rcx, qword ptr [r11 + ",
             $crate::recorder::t_sh_len!(),
@@ -398,7 +526,10 @@ macro_rules! fast_entry {
             $crate::recorder::t_sh_base!(),
             "]\n",
             "test rax, rax\n",
-            "je 89f\n",
+            "jnz 78f\n",
+            $nostack,
+            "jmp 89f\n",
+            "78:\n",
             // The newest frame's mark (the sentinel's when empty) must be
             // above the new frame's (rcx, the length, is loaded again for
             // the push).
@@ -406,8 +537,9 @@ macro_rules! fast_entry {
             $mark,
             "cmp qword ptr [rax + rcx - 24], r9\n",
             "jbe 89f\n",
-            "cmp dword ptr [rip + {features}], 0\n",
-            "je 53f\n",
+            $filter,
+            "test dword ptr [rip + {features}], 16\n",
+            "jz 53f\n",
             $crate::calls::fast::fast_time_entry!(),
             "53:\n",
             $crate::calls::fast::fast_delta!(),
@@ -517,8 +649,8 @@ pub(crate) use check_restored;
 macro_rules! fast_exit_record {
     () => {
         concat!(
-            "cmp dword ptr [rip + {features}], 0\n",
-            "je 56f\n",
+            "test dword ptr [rip + {features}], 16\n",
+            "jz 56f\n",
             $crate::calls::fast::fast_time_exit!(),
             "56:\n",
             "cmp dword ptr [r11 + ",
@@ -567,16 +699,17 @@ pub(crate) use fast_top;
 /// tail exit): `$func` loads the function into r8 (or jumps to `89f`),
 /// `$sp` the exit's stack pointer into r9 (XRay: the return-address slot;
 /// cyg_profile: the stack pointer of the hook call); the newest frame must
-/// be that function's, recorded, explicit (flags exactly `F_RECORDED`),
-/// with its mark at or above r9 (below it, it is a recursive call of the
-/// same function that was unwound), and nothing may have overflowed the
-/// shadow stack.
+/// be that function's and explicit — recorded (flags exactly
+/// `F_RECORDED`: its exit is written) or not (flags 0: a call the filters
+/// left alone, popped) — with its mark at or above r9 (below it, it is a
+/// recursive call of the same function that was unwound), and nothing may
+/// have overflowed the shadow stack. Operands: as [`fast_checks!`].
 macro_rules! fast_exit {
     ($push:expr, $func:expr, $sp:expr, $done:expr, $bail:expr) => {
         concat!(
             $push,
             $func,
-            $crate::calls::fast::fast_checks!(),
+            $crate::calls::fast::fast_checks!(filtered),
             "cmp qword ptr [r11 + ",
             $crate::recorder::t_sh_overflow!(),
             "], 0\n",
@@ -584,12 +717,21 @@ macro_rules! fast_exit {
             $crate::calls::fast::fast_top!(concat!(
                 "cmp qword ptr [rax + 16], r8\n",
                 "jne 89f\n",
-                "cmp dword ptr [rax + 24], 1\n",
-                "jne 89f\n",
+                "mov esi, dword ptr [rax + 24]\n",
+                "cmp esi, 1\n",
+                "ja 89f\n",
                 $sp,
                 "cmp qword ptr [rax + 8], r9\n",
                 "jb 89f\n",
             )),
+            // An unrecorded frame (a call the filters left alone): popped.
+            "test esi, esi\n",
+            "jnz 58f\n",
+            "dec qword ptr [r11 + ",
+            $crate::recorder::t_sh_len!(),
+            "]\n",
+            "jmp 85f\n",
+            "58:\n",
             $crate::calls::fast::fast_exit_record!(),
             $crate::calls::fast::fast_tail!($done, $bail),
         )
@@ -607,7 +749,7 @@ macro_rules! fast_hook_exit {
         concat!(
             "push rax\n",
             "push rdx\n",
-            $crate::calls::fast::fast_checks!(),
+            $crate::calls::fast::fast_checks!(filtered),
             $crate::calls::fast::fast_top!(concat!(
                 "lea rdx, [rsp + 8]\n",
                 "cmp qword ptr [rax + 8], rdx\n",

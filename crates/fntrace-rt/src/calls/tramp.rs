@@ -238,6 +238,7 @@ pub unsafe extern "C" fn fntrace_site_entry() {
             // preserved): the function's start is stored 27 bytes after
             // our return address, its slot is above that return address.
             crate::calls::fast::fast_entry!(
+                filtered "pop r9\npop r8\npop rsi\npop rcx\npop rdx\npop rax\nxor r11d, r11d\nret\n",
                 "push rax\npush rdx\npush rcx\npush rsi\npush r8\npush r9\n",
                 "mov r8, qword ptr [rsp + 48]\nmov r8, qword ptr [r8 + 27]\n",
                 crate::calls::fast::check_restored!(),
@@ -261,6 +262,8 @@ pub unsafe extern "C" fn fntrace_site_entry() {
         features = sym crate::features::FEATURES,
         switch = sym crate::calls::fast::fntrace_fast_switch,
         exit_ptr = sym EXIT_TRAMPOLINE,
+        fcache = sym crate::filter::CACHE,
+        has_trace = sym crate::filter::HAS_TRACE,
         entry = sym site_entry,
     )
 }

@@ -216,3 +216,64 @@ fn time_filter_fast_path_drops_short_calls_and_writes_long_ones() {
     recorder::finish(false, &|_| {});
     let _ = std::fs::remove_file(&path);
 }
+
+/// With `-F` given (`FEAT_FILTERS`), a call of a function the filter
+/// cache knows as unselected is decided by the assembly: left alone
+/// (nothing written, no frame) outside every `-F` region and inside a
+/// `-N` one, recorded inside a `-F` region — none of them through Rust
+/// once the first call has filled the cache.
+#[test]
+fn filter_fast_path_leaves_unselected_calls_alone_and_records_inside_regions() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let path = std::env::temp_dir().join(format!("fntrace-fast-f-{}.data", std::process::id()));
+    recorder::start(&Options {
+        path: path.clone(),
+        max_size: 1 << 30,
+        ..Options::new(path.clone())
+    })
+    .unwrap();
+    crate::filter::set_filters(&["^no_such_function_anywhere$"], &[]).unwrap();
+    // Attach and classify (the Rust path fills the cache).
+    probe();
+    let t = state();
+    assert_eq!(t.session, SESSION.load(Ordering::Relaxed));
+    let pos = t.cur.pos;
+    let before = RUST_ENTRIES.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        probe();
+    }
+    let t = state();
+    assert_eq!(RUST_ENTRIES.load(Ordering::Relaxed), before, "left to Rust");
+    assert_eq!((t.cur.pos, t.shadow.len, t.depth), (pos, 0, 0));
+    // Inside a `-F` region (as if a selected function were running): the
+    // first recorded call reserves the shadow stack (the Rust path).
+    t.trace_regions = 1;
+    probe();
+    let t = state();
+    let pos = t.cur.pos;
+    let before = RUST_ENTRIES.load(Ordering::Relaxed);
+    probe();
+    let t = state();
+    assert_eq!(RUST_ENTRIES.load(Ordering::Relaxed), before, "left to Rust");
+    // SAFETY: the bytes between the two positions were just written by
+    // this thread into the mapped chunk (asserted: no chunk switch).
+    let bytes = unsafe { core::slice::from_raw_parts(pos, t.cur.pos.offset_from(pos) as usize) };
+    assert!(t.cur.pos > pos && bytes.len() <= 2 * MAX_COMPACT_LEN);
+    let func = probe as *const () as u64;
+    let mut dec = Decoder::resume(bytes, 0, 0, func);
+    let entry = dec.next_compact().unwrap().unwrap();
+    let exit = dec.next_compact().unwrap().unwrap();
+    assert_eq!((entry.0, entry.1, exit.0), (0, func, 1));
+    // Inside a `-N` region too: left alone.
+    let pos = t.cur.pos;
+    t.notrace_regions = 1;
+    probe();
+    let t = state();
+    assert_eq!(RUST_ENTRIES.load(Ordering::Relaxed), before, "left to Rust");
+    assert_eq!((t.cur.pos, t.shadow.len), (pos, 0));
+    t.trace_regions = 0;
+    t.notrace_regions = 0;
+    crate::filter::set_filters(&[], &[]).unwrap();
+    recorder::finish(false, &|_| {});
+    let _ = std::fs::remove_file(&path);
+}

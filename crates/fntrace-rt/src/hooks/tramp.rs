@@ -55,6 +55,7 @@ macro_rules! entry_trampoline {
                 "jne 3f",
                 "1:",
                 crate::calls::fast::fast_entry!(
+                    filtered concat!(crate::calls::fast::fast_pop_args!(), "ret\n"),
                     crate::calls::fast::fast_push_args!(),
                     $fast_func,
                     crate::calls::fast::check_restored!(),
@@ -129,6 +130,8 @@ macro_rules! entry_trampoline {
             features = sym crate::features::FEATURES,
             switch = sym crate::calls::fast::fntrace_fast_switch,
             exit_ptr = sym EXIT_TRAMPOLINE,
+            fcache = sym crate::filter::CACHE,
+            has_trace = sym crate::filter::HAS_TRACE,
             entry = sym $entry,
         )
     };
@@ -208,6 +211,7 @@ pub unsafe extern "C" fn __cyg_profile_func_enter(_this_fn: *mut u8, _call_site:
         // caller's, so an equal mark is not a sign of unwinding): the
         // comparison is with the mark minus 1.
         crate::calls::fast::fast_entry!(
+            filtered crate::calls::fast::reject_explicit!("lea r9, [rsp + 16]\n", "pop rsi\nret\n"),
             "push rsi\n",
             "mov r8, rdi\n",
             "",
@@ -221,6 +225,8 @@ pub unsafe extern "C" fn __cyg_profile_func_enter(_this_fn: *mut u8, _call_site:
         session = sym recorder::SESSION,
         features = sym crate::features::FEATURES,
         switch = sym crate::calls::fast::fntrace_fast_switch,
+        fcache = sym crate::filter::CACHE,
+        has_trace = sym crate::filter::HAS_TRACE,
         slow = sym cyg_enter,
     )
 }

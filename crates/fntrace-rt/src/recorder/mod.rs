@@ -102,9 +102,10 @@ pub(crate) use state::ARCS_OFFSET;
 pub(crate) use state::{ThreadState, state, with_state};
 #[cfg(feature = "compiler-hooks")]
 pub(crate) use state::{
-    pend_capacity, sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit, t_pend_base,
-    t_pend_captured, t_pend_fast, t_pend_len, t_pend_over, t_pend_written, t_pos, t_session,
-    t_sh_base, t_sh_len, t_sh_overflow, t_sh_restored,
+    pend_capacity, sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit,
+    t_notrace_regions, t_pend_base, t_pend_captured, t_pend_fast, t_pend_len, t_pend_over,
+    t_pend_written, t_pos, t_session, t_sh_base, t_sh_len, t_sh_overflow, t_sh_restored,
+    t_trace_regions,
 };
 #[cfg(feature = "compiler-hooks")]
 pub(crate) use write::fast_chunk_switch;

@@ -251,6 +251,18 @@ macro_rules! t_pend_fast {
         "184"
     };
 }
+/// Offset of `ThreadState::trace_regions` (u32).
+macro_rules! t_trace_regions {
+    () => {
+        "144"
+    };
+}
+/// Offset of `ThreadState::notrace_regions` (u32).
+macro_rules! t_notrace_regions {
+    () => {
+        "148"
+    };
+}
 /// `pending::CAPACITY`.
 macro_rules! pend_capacity {
     () => {
@@ -266,9 +278,10 @@ macro_rules! sh_capacity {
 
 #[cfg(feature = "compiler-hooks")]
 pub(crate) use {
-    pend_capacity, sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit, t_pend_base,
-    t_pend_captured, t_pend_fast, t_pend_len, t_pend_over, t_pend_written, t_pos, t_session,
-    t_sh_base, t_sh_len, t_sh_overflow, t_sh_restored,
+    pend_capacity, sh_capacity, t_busy, t_depth, t_last_func, t_last_tsc, t_limit,
+    t_notrace_regions, t_pend_base, t_pend_captured, t_pend_fast, t_pend_len, t_pend_over,
+    t_pend_written, t_pos, t_session, t_sh_base, t_sh_len, t_sh_overflow, t_sh_restored,
+    t_trace_regions,
 };
 
 /// The offsets above checked against `offset_of!`.
@@ -309,6 +322,8 @@ mod fast_layout {
         assert!(num(t_pend_captured!()) == offset_of!(ThreadState, pend.captured));
         assert!(num(t_pend_fast!()) == offset_of!(ThreadState, pend.fast));
         assert!(num(pend_capacity!()) == pending::CAPACITY);
+        assert!(num(t_trace_regions!()) == offset_of!(ThreadState, trace_regions));
+        assert!(num(t_notrace_regions!()) == offset_of!(ThreadState, notrace_regions));
         // Held: tsc, func (the stores and the load of the fast path).
         assert!(offset_of!(pending::Held, tsc) == 0);
         assert!(offset_of!(pending::Held, func) == 8);

@@ -134,6 +134,10 @@ macro_rules! call_trampoline {
             // The mark: the function's return-address slot, above our
             // return address and the 7 pushed registers.
             crate::calls::fast::fast_entry!(
+                filtered crate::calls::fast::reject_explicit!(
+                    "lea r9, [rsp + 64]\n",
+                    concat!(crate::calls::fast::fast_pop_args!(), "ret\n")
+                ),
                 crate::calls::fast::fast_push_args!(),
                 xray_func!(),
                 "",
@@ -141,7 +145,9 @@ macro_rules! call_trampoline {
                 crate::calls::fast::frame_explicit!("lea r9, [rsp + 64]\n"),
                 concat!(crate::calls::fast::fast_pop_args!(), "ret\n"),
                 crate::calls::fast::fast_pop_args!()
-            )
+            ),
+            fcache = sym crate::filter::CACHE,
+            has_trace = sym crate::filter::HAS_TRACE,
         )
     };
     ($kind:expr, $dispatch:ident, tail) => {
@@ -157,7 +163,7 @@ macro_rules! call_trampoline {
             )
         )
     };
-    (@ $kind:expr, $dispatch:ident, $fast:expr) => {
+    (@ $kind:expr, $dispatch:ident, $fast:expr $(, $($ops:tt)*)?) => {
         crate::calls::tramp::saving_trampoline!(
             [$fast],
             // The function's return-address slot is above our return
@@ -173,6 +179,7 @@ macro_rules! call_trampoline {
             features = sym crate::features::FEATURES,
             switch = sym crate::calls::fast::fntrace_fast_switch,
             entry = sym $dispatch,
+            $($($ops)*)?
         )
     };
 }
