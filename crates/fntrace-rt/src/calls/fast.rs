@@ -4,8 +4,15 @@
 //!
 //! The fast path handles the common case and nothing else: a recording
 //! thread attached to the current session, not inside the recorder, no
-//! `-F`/`-N`/`--depth`/`-A`/counting features, room on the shadow stack,
-//! and (for exits) the newest shadow frame is the one returning. Anything
+//! `--depth`/`-A`/counting features, room on the shadow stack, and (for
+//! exits) the newest shadow frame is the one returning. Under `-F`/`-N`
+//! (`FEAT_FILTERS`), the entries of the compiler mechanisms decide a call
+//! of a function whose class the filter cache holds as ordinary
+//! ([`fast_filter!`]): outside every `-F` region or inside a `-N` one it
+//! is left alone (no frame for a hijacked return; an unrecorded frame for
+//! an explicit exit to pop), otherwise recorded as without filters; the
+//! `-F`/`-N` functions themselves, a cache miss and a framework turned off
+//! take the Rust path. Anything
 //! else — and an event that does not encode in one 8-byte word — leaves
 //! every register as it found it and falls through to the trampoline's
 //! full path, which does the same work in Rust (`crate::calls::entry::hook_entry`,
