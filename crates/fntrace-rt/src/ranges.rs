@@ -50,8 +50,9 @@ impl<T: Copy + 'static> RangeTable<T> {
     ) -> bool {
         let mut scanned = self.scanned.lock().unwrap_or_else(|e| e.into_inner());
         let mut new = vec![];
+        let own = crate::procinfo::own_preload_start();
         for (start, _, bias, path) in crate::procinfo::loaded_objects() {
-            if scanned.contains(&start) || path.as_os_str().is_empty() {
+            if scanned.contains(&start) || path.as_os_str().is_empty() || own == Some(start) {
                 continue;
             }
             scanned.push(start);

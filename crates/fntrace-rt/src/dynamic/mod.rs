@@ -233,8 +233,10 @@ fn scan_locked(reg: &mut Registry) -> Changed {
     // in objects just loaded (no other thread has run their code yet).
     let mut may_fix = later.then_some(true);
     let mut total = Changed::default();
+    let own = crate::procinfo::own_preload_start();
     for (start, size, bias, path) in loaded {
         if path.as_os_str().is_empty()
+            || own == Some(start)
             || reg
                 .objects
                 .iter()

@@ -85,6 +85,29 @@ pub fn loaded_objects() -> Vec<(u64, u64, u64, std::path::PathBuf)> {
     v
 }
 
+/// Start address of the object that is the preload runtime itself
+/// (`libfntrace_preload.so`, found by the `fntrace_preload_marker` symbol
+/// it exports, in the object that holds this code), if this runtime is
+/// that library: it is never instrumented, so the scans that read every
+/// object's symbols, sites and sections skip it (its symbol table is the
+/// largest in most processes). `None` when the runtime is linked into the
+/// program.
+pub fn own_preload_start() -> Option<u64> {
+    static OWN: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *OWN.get_or_init(|| {
+        let here = own_preload_start as *const () as u64;
+        // SAFETY: a NUL-terminated symbol name; dlsym only looks it up.
+        let marker =
+            unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"fntrace_preload_marker".as_ptr()) } as u64;
+        let objects = loaded_objects();
+        let (i, o) = objects
+            .iter()
+            .enumerate()
+            .find(|(_, o)| here >= o.0 && here < o.0 + o.1)?;
+        (i > 0 && marker >= o.0 && marker < o.0 + o.1).then_some(o.0)
+    })
+}
+
 /// Calls `f` for every object loaded in the process, the main executable
 /// first.
 pub fn for_each_module(mut f: impl FnMut(&LoadedModule<'_>)) {
@@ -167,15 +190,38 @@ pub fn for_each_module(mut f: impl FnMut(&LoadedModule<'_>)) {
 static RUNTIME_TIDS: [std::sync::atomic::AtomicU32; 8] =
     [const { std::sync::atomic::AtomicU32::new(0) }; 8];
 
+/// Runtime threads being started that have not registered yet (see
+/// [`expect_runtime_thread`]).
+static PENDING_RUNTIME: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Announces a runtime thread about to be started, which will call
+/// [`register_runtime_thread`] first thing (or [`runtime_thread_failed`]
+/// if it could not be started): the starter need not wait for it, and
+/// [`other_threads`] waits for it instead, only when asked.
+pub fn expect_runtime_thread() {
+    PENDING_RUNTIME.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+}
+
+/// A thread announced by [`expect_runtime_thread`] could not be started.
+pub fn runtime_thread_failed() {
+    let _ = PENDING_RUNTIME.fetch_update(
+        std::sync::atomic::Ordering::AcqRel,
+        std::sync::atomic::Ordering::Acquire,
+        |n| n.checked_sub(1),
+    );
+}
+
 /// Registers the calling thread as one of the runtime's own (see
 /// [`other_threads`]); false when the table is full.
 pub fn register_runtime_thread() -> bool {
     use std::sync::atomic::Ordering;
     let me = gettid();
-    RUNTIME_TIDS.iter().any(|s| {
+    let ok = RUNTIME_TIDS.iter().any(|s| {
         s.compare_exchange(0, me, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
-    })
+    });
+    runtime_thread_failed();
+    ok
 }
 
 /// Forgets the calling thread as one of the runtime's own (it is ending).
@@ -192,6 +238,13 @@ pub fn unregister_runtime_thread() {
 /// read.
 pub fn other_threads() -> Option<usize> {
     use std::sync::atomic::Ordering;
+    // A runtime thread just started shows in `/proc/self/task` before it
+    // registers: wait for it (it registers first thing; 1 s at most).
+    let mut waited = 0;
+    while PENDING_RUNTIME.load(Ordering::Acquire) > 0 && waited < 10_000 {
+        std::thread::sleep(std::time::Duration::from_micros(100));
+        waited += 1;
+    }
     let me = gettid();
     let d = std::fs::read_dir("/proc/self/task").ok()?;
     Some(

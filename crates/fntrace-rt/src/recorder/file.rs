@@ -19,7 +19,9 @@ use fntrace_format::layout::{
 use super::helper::{self, Life};
 use super::state::{Cursor, with_state};
 use super::write::{close_thread, grow, seal, write_meta};
-use super::{CALIBRATION_NS, CURRENT, LIFECYCLE, NEXT_ID, Options, SESSION, Summary, UNINIT};
+use super::{
+    CALIBRATION_NS, CURRENT, LIFECYCLE, NEXT_ID, Options, REFINE_AFTER_NS, SESSION, Summary, UNINIT,
+};
 use crate::{clock, procinfo};
 
 /// A recording session: its file, the reservation it is mapped into, the
@@ -263,6 +265,15 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
         unsafe { libc::close(fd) };
         return Err(with_path(e));
     }
+    // The first growth was populated: the helper starts ahead of those
+    // chunks (a short run never makes it grow or fault anything).
+    let mut s = s;
+    let mut populated =
+        ((s.mapped.load(Ordering::Acquire) - HEADER_SIZE as usize) / chunk_size) as u64;
+    if ring_chunks > 0 {
+        populated = populated.min(ring_chunks);
+    }
+    s.life.get_mut().unwrap_or_else(|e| e.into_inner()).ready = populated;
     let hb = s.header.encode();
     // SAFETY: the header page is mapped and file-backed (grow above).
     unsafe { ptr::copy_nonoverlapping(hb.as_ptr(), s.base, hb.len()) };
@@ -380,7 +391,7 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
     let (end_tsc, end_mono_ns) = clock::clock_pair();
     let h = &s.header;
     let measured = clock::hz_between((h.start_tsc, h.start_mono_ns), (end_tsc, end_mono_ns))
-        .filter(|_| end_mono_ns - h.start_mono_ns >= 50_000_000);
+        .filter(|_| end_mono_ns - h.start_mono_ns >= REFINE_AFTER_NS);
     let (next, chunks) = {
         let _g = s.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
         s.finished.store(true, Ordering::Release);

@@ -42,8 +42,9 @@ use crate::clock;
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14; not in every libc crate version).
 const MADV_POPULATE_WRITE: libc::c_int = 23;
-/// Chunks pre-faulted ahead at first (the buffer is reached by doubling).
-const RAMP_CHUNKS: u64 = 8;
+/// Chunks pre-faulted ahead at first (the buffer is reached by doubling;
+/// the first growth of the file, populated at start, covers them).
+const RAMP_CHUNKS: u64 = 4;
 /// Ring slots the sweep looks at per pass.
 const SWEEP_PER_PASS: u64 = 16;
 /// Chunks looked at in one pass at most.
@@ -142,23 +143,20 @@ pub(crate) fn spawn(s: &'static Session) {
     if s.opts.snapshot_signal != 0 {
         install_snapshot_signal(s.opts.snapshot_signal);
     }
-    // The thread says it is the runtime's own before the start goes on, so
-    // that code rewriting at start-up (which needs no other thread running
-    // the program's code) does not wait for it to exist.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+    // The thread registers as the runtime's own first thing: code
+    // rewriting (which needs no other thread running the program's code)
+    // waits for that if it comes first; the start does not wait.
+    crate::procinfo::expect_runtime_thread();
     let r = std::thread::Builder::new()
         .name("fntrace-helper".into())
         .stack_size(256 << 10)
         .spawn(move || {
             crate::procinfo::register_runtime_thread();
-            let _ = tx.send(());
             super::guarded(|| run(s));
             crate::procinfo::unregister_runtime_thread();
         });
-    if r.is_ok() {
-        let _ = rx.recv_timeout(std::time::Duration::from_secs(1));
-    }
     if let Err(e) = r {
+        crate::procinfo::runtime_thread_failed();
         crate::diag::diag!(
             "fntrace: cannot start the helper thread ({e}); trace memory is faulted in by the traced threads"
         );

@@ -130,12 +130,19 @@ static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 /// Room kept free at the end of every chunk payload so that any compact
 /// event, and the 8-byte store that writes short ones, always fits.
 const SLACK: usize = MAX_COMPACT_LEN + 8;
-/// The file grows by this much at a time (a multiple of the chunk size).
+/// The file grows by at most this much at a time (by its size so far
+/// until then: 512 KiB, 1 MiB, 2 MiB, ...; multiples of the chunk size).
 const GROW_STEP: usize = 4 << 20;
 /// The first growth (header, metadata and the first threads' chunks).
 const FIRST_GROW: usize = 512 << 10;
-/// Calibration window at start.
-const CALIBRATION_NS: u64 = 500_000;
+/// Calibration window at start (busy waiting, on every process's
+/// critical path: short). Error: the width of a clock pair's bracket
+/// (tens of ns) over the window, a few parts in 10,000; a run of at least
+/// [`REFINE_AFTER_NS`] gets the frequency measured over its whole length
+/// in its final block instead.
+const CALIBRATION_NS: u64 = 100_000;
+/// Runs at least this long measure the TSC frequency over their length.
+const REFINE_AFTER_NS: u64 = 10_000_000;
 
 /// The one hook from the sink to the layer above it: what a thread runs
 /// when it meets `SESSION == UNINIT` (its first event before start-up

@@ -525,13 +525,9 @@ pub(crate) fn grow(s: &Session, end: usize, populate: bool) -> bool {
     if s.finished.load(Ordering::Acquire) {
         return false;
     }
-    // Start small (short runs should not pay for populating megabytes),
-    // then grow in large steps.
-    let step = if mapped < FIRST_GROW {
-        FIRST_GROW
-    } else {
-        GROW_STEP
-    };
+    // Start small (short runs should not pay for allocating and then
+    // truncating megabytes), then double up to large steps.
+    let step = mapped.clamp(FIRST_GROW, GROW_STEP);
     let new_len = (end.max(mapped + step)).min(s.reserved);
     if new_len < end {
         return false;

@@ -112,11 +112,12 @@ pub fn scan() -> bool {
         {
             continue;
         }
-        let found = if path.as_os_str().is_empty() {
-            None
-        } else {
-            sleds::read(&path, bias)
-        };
+        let found =
+            if path.as_os_str().is_empty() || crate::procinfo::own_preload_start() == Some(start) {
+                None
+            } else {
+                sleds::read(&path, bias)
+            };
         if found.is_none() && !(i == 0 && objs.is_empty()) {
             none.push((start, path));
             continue;
