@@ -87,10 +87,7 @@ fn plan_object(mem: &std::fs::File, path: &Path, start: u64) -> Option<Span> {
     }
     let code = |a: u64, n: usize| {
         let o = a.wrapping_sub(lo) as usize;
-        code_buf
-            .get(o..o + n)
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default()
+        std::borrow::Cow::Borrowed(code_buf.get(o..o + n).unwrap_or_default())
     };
     let mut funcs: Vec<u64> = obj
         .symbols()
@@ -114,7 +111,7 @@ fn plan_object(mem: &std::fs::File, path: &Path, start: u64) -> Option<Span> {
     }
     let at = rewrites.first()?.0;
     let end = rewrites.iter().map(|r| r.0 + r.1.len() as u64).max()?;
-    let old = code(at, (end - at) as usize);
+    let old = code(at, (end - at) as usize).into_owned();
     if old.is_empty() {
         return None;
     }

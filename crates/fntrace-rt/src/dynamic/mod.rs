@@ -63,11 +63,14 @@ struct Object {
     /// Address of the call wrappers (one per site, in site order), 0 until
     /// the first site is switched on.
     wrappers: u64,
-    /// Function symbols, sorted by start (start, end, symbol name).
-    names: Vec<(u64, u64, String)>,
-    /// Their demangled names, made when a rule or a listing first needs
-    /// them (not at start-up: a program's constructors and, after `exec`,
-    /// its profiling timer are waiting).
+    /// The object's load bias (its symbols' addresses plus this).
+    bias: u64,
+    /// Function symbols, sorted by start (start, end, symbol name), read
+    /// when a rule or a listing first needs them (not at start-up: a
+    /// program's constructors and, after `exec`, its profiling timer are
+    /// waiting; a large program's names take milliseconds).
+    names: std::sync::OnceLock<Vec<(u64, u64, String)>>,
+    /// Their demangled names, made with them.
     demangled: std::sync::OnceLock<Vec<String>>,
     /// `#[instrument_fn]` policies (`fntrace_policy`, `fntrace_off`).
     policy: crate::procinfo::policy::Policies,
@@ -200,15 +203,15 @@ fn discover(path: &std::path::Path, bias: u64) -> Option<Found> {
     })
 }
 
-/// Reads code for classification.
-fn read_code(a: u64, n: usize) -> Vec<u8> {
+/// Reads code for classification (borrowed: no copy per read).
+fn read_code(a: u64, n: usize) -> std::borrow::Cow<'static, [u8]> {
     // SAFETY: listed sites and the bytes around them are inside the
     // object's mapped text (the classifier reads at most 24 bytes after a
     // site and 4 before it, all within its function or its padding; the
     // hook-call scan reads at most 52 bytes from a function start, checked
     // against the object's end). Nothing writes code while the patch lock
     // is held, which the scan holds.
-    unsafe { core::slice::from_raw_parts(a as *const u8, n) }.to_vec()
+    std::borrow::Cow::Borrowed(unsafe { core::slice::from_raw_parts(a as *const u8, n) })
 }
 
 /// Finds objects loaded since the last scan (and forgets unloaded ones),
@@ -255,7 +258,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             reg.none.push((start, path));
             continue;
         };
-        let names = crate::procinfo::module_symbols(&path, bias);
+        let names = crate::procinfo::module_function_ranges(&path, bias);
         let mut found = vec![];
         let mut skipped: Vec<String> = vec![];
         let mut calls = vec![];
@@ -284,7 +287,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             let starts = calls
                 .iter()
                 .map(|&e| {
-                    if e >= start + 4 && read_code(e - 4, 4) == sites::ENDBR64 {
+                    if e >= start + 4 && *read_code(e - 4, 4) == sites::ENDBR64 {
                         e - 4
                     } else {
                         e
@@ -296,7 +299,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
                 if a >= start && a + n as u64 <= end {
                     read_code(a, n)
                 } else {
-                    vec![]
+                    std::borrow::Cow::Borrowed(&[][..])
                 }
             };
             let mut have: Vec<u64> = found.iter().map(|s| s.addr).collect();
@@ -308,7 +311,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
                 })
                 .filter(|s| have.binary_search(&s.addr).is_err())
                 .collect();
-            extra.sort_by_key(|s| s.addr);
+            extra.sort_unstable_by_key(|s| s.addr);
             extra.dedup_by_key(|s| s.addr);
             found.extend(extra);
         }
@@ -360,7 +363,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
         let nop = found
             .iter()
             .map(|s| match s.layout {
-                Layout::Nop5 { .. } => read_code(s.addr, 5).try_into().unwrap_or(int3::NOP5),
+                Layout::Nop5 { .. } => (*read_code(s.addr, 5)).try_into().unwrap_or(int3::NOP5),
                 _ => int3::NOP5,
             })
             .collect();
@@ -374,7 +377,8 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             nop,
             moved,
             wrappers: 0,
-            names,
+            bias,
+            names: std::sync::OnceLock::new(),
             demangled: std::sync::OnceLock::new(),
             policy,
             alive: true,
@@ -479,14 +483,17 @@ fn fix_up(
 
 /// The name of the function starting at `func` in `o`.
 fn name_of(o: &Object, func: u64) -> Option<&str> {
-    let k = o.names.partition_point(|n| n.0 <= func);
+    let names = o
+        .names
+        .get_or_init(|| crate::procinfo::module_symbols(&o.path, o.bias));
+    let k = names.partition_point(|n| n.0 <= func);
     let i = k.checked_sub(1)?;
-    let n = &o.names[i];
+    let n = &names[i];
     if func < n.0 || func >= n.1 {
         return None;
     }
     let d = o.demangled.get_or_init(|| {
-        o.names
+        names
             .iter()
             .map(|n| crate::procinfo::demangle(&n.2))
             .collect()
@@ -575,6 +582,7 @@ fn wrappers(o: &Object, what: &str) -> Result<u64, PatchError> {
     let enter = near(tramp::fntrace_site_entry as *const () as u64)?;
     let exit = near(tramp::fntrace_site_exit as *const () as u64)?;
     let _w = text::Writable::open(&[(area, len)], what)?;
+    text::populate_write(area, len);
     for (k, s) in o.sites.iter().enumerate() {
         let at = area + k as u64 * wrapper::SIZE;
         // SAFETY: our fresh mapping, writable through `_w`; no site jumps

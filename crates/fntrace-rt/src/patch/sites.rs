@@ -35,6 +35,8 @@
 //! -Zinstrument-mcount`, found by [`mcount_call`]) is moved into a stub
 //! and the function starts with a 5-byte `jmp` ([`Layout::Moved`]).
 
+use std::borrow::Cow;
+
 use crate::patch::int3::NOP5;
 
 /// `endbr64`.
@@ -110,9 +112,9 @@ pub enum Skip {
 /// Classifies the entry listed at `entry`. `code(addr, n)` reads `n`
 /// bytes of mapped code; `next_func` is the lowest function start at or
 /// after `entry` (from the symbol table), if any.
-pub fn classify(
+pub fn classify<'c>(
     entry: u64,
-    code: &dyn Fn(u64, usize) -> Vec<u8>,
+    code: &dyn Fn(u64, usize) -> Cow<'c, [u8]>,
     next_func: Option<u64>,
 ) -> Result<Site, Skip> {
     let b = code(entry, 24);
@@ -126,7 +128,7 @@ pub fn classify(
                 f - entry
             )));
         }
-        let endbr = code(f, 4) == ENDBR64;
+        let endbr = *code(f, 4) == ENDBR64;
         let sw = if endbr { f + 4 } else { f };
         if sw % 64 == 63 {
             // One 16-bit store is atomic for other cores' instruction
@@ -136,7 +138,7 @@ pub fn classify(
             ));
         }
         let e = code(sw, 2);
-        return match e.as_slice() {
+        return match &*e {
             [0x66, 0x90] => Ok(Site {
                 addr: sw,
                 func: f,
@@ -154,7 +156,7 @@ pub fn classify(
             )),
         };
     }
-    let endbr = entry >= 4 && code(entry - 4, 4) == ENDBR64;
+    let endbr = entry >= 4 && *code(entry - 4, 4) == ENDBR64;
     let func = if endbr { entry - 4 } else { entry };
     // `nopl disp8(%rax,%rax,1)`: gcc writes displacement 0, clang 8.
     if b.len() >= 5 && b[..4] == NOP5[..4] {
@@ -185,9 +187,9 @@ pub fn classify(
 /// The GOT slot a PLT entry at `plt` jumps through: `ff 25 <disp32>`, or
 /// with CET `f2 ff 25 <disp32>` (`bnd jmp`), possibly behind `endbr64`
 /// (`.plt.sec`).
-fn plt_slot(plt: u64, code: &dyn Fn(u64, usize) -> Vec<u8>) -> Option<u64> {
+fn plt_slot<'c>(plt: u64, code: &dyn Fn(u64, usize) -> Cow<'c, [u8]>) -> Option<u64> {
     let b = code(plt, 11);
-    let (at, op) = match b.as_slice() {
+    let (at, op) = match &*b {
         [0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, ..] => (plt + 4, 3),
         [0xf2, 0xff, 0x25, ..] => (plt, 3),
         [0xff, 0x25, ..] => (plt, 2),
@@ -204,8 +206,12 @@ fn plt_slot(plt: u64, code: &dyn Fn(u64, usize) -> Vec<u8>) -> Option<u64> {
 /// jumps through one. `slots`: the sorted GOT slots bound to `__fentry__`
 /// (its `GLOB_DAT` and `JUMP_SLOT` relocations). Returns the site that
 /// replaces the call (a 5-byte NOP site once fixed up).
-pub fn fentry_call(func: u64, code: &dyn Fn(u64, usize) -> Vec<u8>, slots: &[u64]) -> Option<Site> {
-    let endbr = code(func, 4) == ENDBR64;
+pub fn fentry_call<'c>(
+    func: u64,
+    code: &dyn Fn(u64, usize) -> Cow<'c, [u8]>,
+    slots: &[u64],
+) -> Option<Site> {
+    let endbr = *code(func, 4) == ENDBR64;
     let at = if endbr { func + 4 } else { func };
     let (slot, len) = call_slot(at, &code(at, 6), code)?;
     slots.binary_search(&slot).ok()?;
@@ -250,7 +256,11 @@ fn movable_len(b: &[u8]) -> Option<usize> {
 /// The target slot of a call at `at` whose bytes start `b` (`ff 15
 /// <disp32>` through the GOT, or `e8 <rel32>` to a PLT entry, read with
 /// `code`) and the call's length.
-fn call_slot(at: u64, b: &[u8], code: &dyn Fn(u64, usize) -> Vec<u8>) -> Option<(u64, u8)> {
+fn call_slot<'c>(
+    at: u64,
+    b: &[u8],
+    code: &dyn Fn(u64, usize) -> Cow<'c, [u8]>,
+) -> Option<(u64, u8)> {
     let rel = |o: usize| -> Option<u64> {
         Some(i32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?) as i64 as u64)
     };
@@ -267,8 +277,12 @@ fn call_slot(at: u64, b: &[u8], code: &dyn Fn(u64, usize) -> Vec<u8>) -> Option<
 /// ([`movable_len`]), then `call mcount` through one of `slots` (the GOT
 /// slots bound to `mcount`/`_mcount`, sorted). Returns the site (fixed up
 /// with [`Fixup::Move`]).
-pub fn mcount_call(func: u64, code: &dyn Fn(u64, usize) -> Vec<u8>, slots: &[u64]) -> Option<Site> {
-    let endbr = code(func, 4) == ENDBR64;
+pub fn mcount_call<'c>(
+    func: u64,
+    code: &dyn Fn(u64, usize) -> Cow<'c, [u8]>,
+    slots: &[u64],
+) -> Option<Site> {
+    let endbr = *code(func, 4) == ENDBR64;
     let at = if endbr { func + 4 } else { func };
     let b = code(at, 48);
     if b.first() != Some(&0x55) {
@@ -324,16 +338,18 @@ pub const PREFIX_OFF: [u8; 2] = [0x66, 0x90];
 mod tests {
     use super::*;
 
-    fn mem(base: u64, bytes: Vec<u8>) -> impl Fn(u64, usize) -> Vec<u8> {
+    fn mem(base: u64, bytes: Vec<u8>) -> impl Fn(u64, usize) -> Cow<'static, [u8]> {
         // Bytes outside `bytes` read as `int3` padding.
         move |a, n| {
-            (a..a + n as u64)
-                .map(|x| {
-                    x.checked_sub(base)
-                        .and_then(|o| bytes.get(o as usize).copied())
-                        .unwrap_or(0xcc)
-                })
-                .collect()
+            Cow::Owned(
+                (a..a + n as u64)
+                    .map(|x| {
+                        x.checked_sub(base)
+                            .and_then(|o| bytes.get(o as usize).copied())
+                            .unwrap_or(0xcc)
+                    })
+                    .collect(),
+            )
         }
     }
 

@@ -139,3 +139,14 @@ pub unsafe fn read<const N: usize>(addr: u64) -> [u8; N] {
     }
     b
 }
+
+/// Faults `len` bytes of writable pages at `addr` in at once (one system
+/// call instead of one fault per page), before a large write such as the
+/// call wrappers of a big program. Best effort: kernels without
+/// `MADV_POPULATE_WRITE` (before 5.14) fault them in as they are written.
+pub fn populate_write(addr: u64, len: u64) {
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    // SAFETY: only faults in pages of a mapping the caller made writable;
+    // populating changes no contents.
+    unsafe { libc::madvise(addr as *mut libc::c_void, len as usize, MADV_POPULATE_WRITE) };
+}

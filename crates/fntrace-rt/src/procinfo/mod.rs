@@ -8,7 +8,7 @@ use std::ffi::CStr;
 
 pub mod policy;
 mod symbols;
-pub use symbols::{demangle, module_functions, module_symbols};
+pub use symbols::{demangle, module_function_ranges, module_functions, module_symbols};
 
 /// One loaded object, as [`for_each_module`] reports it.
 pub struct LoadedModule<'a> {

@@ -30,6 +30,32 @@ pub fn module_functions(path: &std::path::Path, bias: u64) -> Vec<(u64, u64, Str
     v
 }
 
+/// The functions of a loaded object without their names: run-time
+/// (start, end), sorted by start, one per start. What a scan of a large
+/// program needs first (a string per symbol costs milliseconds there);
+/// names are read when something asks for them.
+pub fn module_function_ranges(path: &std::path::Path, bias: u64) -> Vec<(u64, u64)> {
+    use object::{Object, ObjectSymbol};
+    let Some(map) = super::FileMap::open(path) else {
+        return vec![];
+    };
+    let Ok(obj) = object::File::parse(map.as_slice()) else {
+        return vec![];
+    };
+    let mut out: Vec<(u64, u64)> = obj
+        .symbols()
+        .chain(obj.dynamic_symbols())
+        .filter(|sym| sym.kind() == object::SymbolKind::Text && sym.address() != 0)
+        .map(|sym| {
+            let s = sym.address().wrapping_add(bias);
+            (s, s + sym.size().max(1))
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup_by_key(|e| e.0);
+    out
+}
+
 /// [`module_functions`] with the names as the symbol tables spell them
 /// (demangling every symbol of a large program takes milliseconds).
 pub fn module_symbols(path: &std::path::Path, bias: u64) -> Vec<(u64, u64, String)> {
