@@ -76,7 +76,15 @@ pub fn inspect(path: &Path) -> Option<Instrumentation> {
                 ins.runtime = true;
                 ins.hooks_runtime = true;
             }
-            _ if s.is_definition() && name.contains("10fntrace_rt") => ins.runtime = true,
+            // A Rust symbol of the runtime crate (legacy or v0 mangling):
+            // the prefix is checked first, a large C++ or C program has
+            // hundreds of thousands of other symbols.
+            _ if (name.starts_with("_ZN10fntrace_rt")
+                || (name.starts_with("_R") && name.contains("10fntrace_rt")))
+                && s.is_definition() =>
+            {
+                ins.runtime = true
+            }
             _ => {}
         }
     }
