@@ -88,9 +88,7 @@ fn main() {
     }
     let data = dir.join("t.data");
     let uftrace_dir = dir.join("uftrace.data");
-    println!(
-        "{ROUNDS} rounds, alternating, median wall time; added = variant - bare (same run)"
-    );
+    println!("{ROUNDS} rounds, alternating, median wall time; added = variant - bare (same run)");
     println!(
         "{:<28} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "program", "bare ms", "preload", "record", "uftrace", "+record", "+uftrace"
