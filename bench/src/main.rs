@@ -40,7 +40,7 @@ pub struct Args {
     /// Repetitions per mode (default 3 with --quick, 7 otherwise).
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Only these workloads (comma-separated: fib-c,fib-rs,sqlite,regex).
+    /// Only these workloads (comma-separated: fib-c,fib-rs,vm-c,sqlite,regex).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Results file (default `bench/results/<date>.json`, `<date>-quick.json`
@@ -356,6 +356,10 @@ pub struct WorkloadResult {
     pub large_args: Vec<String>,
     /// Real program (slowdown target applies).
     pub real: bool,
+    /// The fib workload of the same language (`fib-c`, `fib-rs`), whose
+    /// added ns per call this workload's are held to (issue #24: at most
+    /// 1.3 times); `None` for the fib workloads themselves.
+    pub fib: Option<&'static str>,
     /// Per mode.
     pub modes: Vec<ModeResult>,
     /// Modes that could not run, with the reason.
@@ -548,6 +552,10 @@ fn real_main(args: Args) -> Result<(), String> {
             empty_args: w.empty.clone(),
             large_args: w.large.clone(),
             real: w.real,
+            fib: (!w.id.starts_with("fib-")).then_some(match w.lang {
+                workloads::Lang::C => "fib-c",
+                workloads::Lang::Rust => "fib-rs",
+            }),
             modes,
             skipped,
         });

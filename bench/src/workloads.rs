@@ -21,7 +21,7 @@ pub enum Lang {
 /// One program the suite measures.
 #[derive(Clone, Debug)]
 pub struct Workload {
-    /// Short name (`fib-c`, `fib-rs`, `sqlite`, `regex`).
+    /// Short name (`fib-c`, `fib-rs`, `vm-c`, `sqlite`, `regex`).
     pub id: &'static str,
     /// What it is, for the tables.
     pub title: String,
@@ -115,15 +115,15 @@ impl BuildKind {
 /// The workloads, with their arguments for a quick or a full run.
 pub fn all(quick: bool) -> Vec<Workload> {
     let s = |x: &str| vec![x.to_string()];
-    let (fib, rows, lines) = if quick {
-        ("28", "3000", "2500")
+    let (fib, rows, lines, vm) = if quick {
+        ("28", "3000", "2500", "200")
     } else {
-        ("30", "10000", "8000")
+        ("30", "10000", "8000", "600")
     };
-    let (fib_large, rows_large, lines_large) = if quick {
-        ("32", "12000", "10000")
+    let (fib_large, rows_large, lines_large, vm_large) = if quick {
+        ("32", "12000", "10000", "1200")
     } else {
-        ("34", "40000", "32000")
+        ("34", "40000", "32000", "4000")
     };
     vec![
         Workload {
@@ -143,6 +143,15 @@ pub fn all(quick: bool) -> Vec<Workload> {
             args: s(fib),
             empty: s("1"),
             large: s(fib_large),
+        },
+        Workload {
+            id: "vm-c",
+            title: format!("vm.c (stack VM interpreter, handlers called through a table), vm {vm}"),
+            lang: Lang::C,
+            real: false,
+            args: s(vm),
+            empty: s("0"),
+            large: s(vm_large),
         },
         Workload {
             id: "sqlite",
@@ -286,6 +295,7 @@ fn build_c(ctx: &Ctx, w: &Workload, k: BuildKind) -> Result<PathBuf, String> {
             cflags.push("-fno-optimize-sibling-calls".into());
             srcs.push(ctx.root.join("examples/workloads/fib.c"));
         }
+        "vm-c" => srcs.push(ctx.root.join("bench/workloads/vm.c")),
         "sqlite" => {
             let sq = ctx
                 .sqlite_dir
