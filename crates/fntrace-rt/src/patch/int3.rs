@@ -5,6 +5,8 @@
 //! 2. write bytes 1–4, serialise;
 //! 3. write the new first byte, serialise.
 //!
+//! Many sites go through it in pipelined batches ([`poke5`]).
+//!
 //! A thread that reaches the site during the change either runs the old
 //! instruction, the new one, or traps on the `int3`. The `SIGTRAP` handler
 //! recognises sites by their address (every patchable site is registered
@@ -103,6 +105,15 @@ pub fn is_site(addr: u64) -> bool {
     })
 }
 
+/// Traps on registered sites handled so far (threads that reached a site
+/// while it changed), for the attach benchmark.
+static TRAPS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many traps on registered sites were handled so far.
+pub fn traps() -> usize {
+    TRAPS.load(Ordering::Relaxed)
+}
+
 /// The handler that was installed before ours (chained to for traps that
 /// are not ours).
 static mut OLD: core::mem::MaybeUninit<libc::sigaction> = core::mem::MaybeUninit::zeroed();
@@ -135,6 +146,7 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] } as u64;
     let site = rip.wrapping_sub(1);
     if let Some(resume) = resume_of(site) {
+        TRAPS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: a registered site is inside mapped code.
         let b = unsafe { core::ptr::read_volatile(site as *const u8) };
         let next = if b == 0xcc { resume } else { site };
@@ -143,6 +155,7 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         return;
     }
     if is_site(site) {
+        TRAPS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: a registered site is inside mapped code.
         let b = unsafe { core::ptr::read_volatile(site as *const u8) };
         let next = if b == 0xcc { site + 5 } else { site };
@@ -177,11 +190,25 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     }
 }
 
+/// Sites whose change is in progress at once (see [`poke5`]).
+pub const BATCH: usize = 128;
+
 /// Changes 5-byte sites, all in pages of `w`, to new contents while other
 /// threads may run them. Every address must have been [`register`]ed (and
 /// for each site either the old or the new bytes must be a 5-byte NOP such as [`NOP5`]) or
 /// [`register_resume`]d (both states jumps, one of them to its resume
 /// address). The caller holds [`super::LOCK`].
+///
+/// The sites go through the three steps of the protocol in batches of
+/// [`BATCH`], pipelined: between two serialisations the heads of one
+/// batch, the tails of the next and the `int3`s of the one after are
+/// written, so that each site still sees a serialisation after each of its
+/// steps, the whole change costs one serialisation per batch (plus two),
+/// and at most two batches hold an `int3` at any moment. A thread that
+/// reaches a site holding an `int3` traps (a few µs in the handler); with
+/// every site armed at once, a patching thread preempted in the middle of
+/// its pass (for a time slice of the program's busy threads) left every
+/// call of every thread trapping for that long.
 pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
     // SAFETY: registered sites are inside mapped code.
     let todo: Vec<(u64, [u8; 5])> = items
@@ -197,25 +224,42 @@ pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
             .all(|&(a, _)| is_site(a) || resume_of(a).is_some())
     );
     install();
+    // Registering for the membarrier (the first use, unless done early)
+    // can take an RCU grace period: done before any site holds an `int3`,
+    // so that no thread traps meanwhile.
+    super::sync::available();
+    crate::diag::step("int3-ready");
     let page = w.runs().first().map_or(0, |r| r.0);
+    let batches: Vec<&[(u64, [u8; 5])]> = todo.chunks(BATCH).collect();
+    let n = batches.len();
     // The sites are registered and inside pages `w` made writable; a
     // thread reaching a site sees the old instruction, the new one, or the
     // `int3`, whose trap the handler resolves.
-    for &(a, _) in &todo {
-        // SAFETY: one byte, the `int3`, over the first byte of the site.
-        unsafe { text::write_bytes(a, &[0xcc]) };
+    for k in 0..n + 2 {
+        if let Some(b) = k.checked_sub(2).and_then(|i| batches.get(i)) {
+            for &(a, new) in b.iter() {
+                // SAFETY: bytes 1–4 are final on every core (a
+                // serialisation followed their write); one byte replaces
+                // the `cc`.
+                unsafe { text::write_bytes(a, &new[..1]) };
+            }
+        }
+        if let Some(b) = k.checked_sub(1).and_then(|i| batches.get(i)) {
+            for &(a, new) in b.iter() {
+                // SAFETY: every core has seen the `cc` (a serialisation
+                // followed its write), so no thread decodes bytes 1–4 of
+                // the site while they change.
+                unsafe { text::write_bytes(a + 1, &new[1..]) };
+            }
+        }
+        if let Some(b) = batches.get(k) {
+            for &(a, _) in b.iter() {
+                // SAFETY: one byte, the `int3`, over the first byte of the
+                // site.
+                unsafe { text::write_bytes(a, &[0xcc]) };
+            }
+        }
+        super::sync::serialize_all(page);
     }
-    super::sync::serialize_all(page);
-    for &(a, new) in &todo {
-        // SAFETY: every core has seen the `cc`, so no thread decodes bytes
-        // 1–4 of the site while they change.
-        unsafe { text::write_bytes(a + 1, &new[1..]) };
-    }
-    super::sync::serialize_all(page);
-    for &(a, new) in &todo {
-        // SAFETY: bytes 1–4 are final on every core; one byte replaces the
-        // `cc`.
-        unsafe { text::write_bytes(a, &new[..1]) };
-    }
-    super::sync::serialize_all(page);
+    crate::diag::step("int3");
 }

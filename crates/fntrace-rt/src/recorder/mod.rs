@@ -53,7 +53,8 @@ use fntrace_format::event::MAX_COMPACT_LEN;
 
 pub use file::flush;
 pub(crate) use file::{
-    finish, forget_after_fork, note_meta, note_modules, start, start_after_fork, start_helper,
+    Ended, complete, end, finish, forget_after_fork, note_meta, note_modules, start,
+    start_after_fork, start_helper,
 };
 
 /// Marks the active session as recorded by attaching to a running
