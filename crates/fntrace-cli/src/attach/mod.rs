@@ -58,6 +58,9 @@ pub struct Timings {
     pub fixed: fixup::Fixed,
     /// Named steps of the injection and when each ended (from the start).
     pub marks: Vec<(&'static str, Duration)>,
+    /// CLOCK_MONOTONIC ns when the first thread was stopped and when the
+    /// last one but the borrowed one was let go.
+    pub stop_window: (u64, u64),
 }
 
 impl Timings {
@@ -361,10 +364,12 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
     let show_steps = std::env::var_os(STEPS_ENV).is_some();
     if show_steps {
         eprintln!(
-            "fntrace: attach steps (ms): {}; in the runtime: {}; traps {}",
+            "fntrace: attach steps (ms): {}; in the runtime: {}; traps {}; stop-window {} {}",
             timings.steps(),
             field("steps"),
-            field("traps")
+            field("traps"),
+            timings.stop_window.0,
+            timings.stop_window.1
         );
     }
     if cfg.control && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -597,6 +602,7 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings, t0: Instan
     );
     t.marks.push(("plan", t0.elapsed()));
     let stop_start = Instant::now();
+    t.stop_window.0 = fntrace_rt::clock::monotonic_ns();
     let mut st = ptrace::Stopped::all(pid).map_err(|e| Error::Invalid(e.to_string()))?;
     t.marks.push(("stop", t0.elapsed()));
     t.fixed = fixup::apply(&st, &plan);
@@ -605,6 +611,7 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings, t0: Instan
     tids.sort_by_key(|&tid| rank(&st, tid, pid, &ranges));
     let tid = tids[0];
     st.release_all_but(tid);
+    t.stop_window.1 = fntrace_rt::clock::monotonic_ns();
     t.others_stopped = stop_start.elapsed();
     t.marks.push(("release", t0.elapsed()));
     let fail = |e: ptrace::PtraceError| Error::Invalid(e.to_string());

@@ -22,7 +22,7 @@
 //! installed before.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use super::text::{self, Writable};
 
@@ -114,6 +114,72 @@ pub fn traps() -> usize {
     TRAPS.load(Ordering::Relaxed)
 }
 
+/// Advanced by [`poke5`] after each serialisation (a futex word: threads
+/// that trapped wait for it to move).
+static PROGRESS: AtomicU32 = AtomicU32::new(0);
+/// Threads waiting on [`PROGRESS`] (the patcher wakes them only if any).
+static WAITERS: AtomicU32 = AtomicU32::new(0);
+/// The thread running [`poke5`] (0: none); it never waits for itself.
+static PATCHER: AtomicI32 = AtomicI32::new(0);
+/// How long a thread that trapped waits for the patcher at most.
+const WAIT_NS: i64 = 1_000_000;
+
+/// Called by a thread that trapped on a site still holding its `int3`:
+/// sleeps until the patcher moves on (or 1 ms) instead of running on and
+/// trapping again at once. A patching thread preempted with sites armed
+/// otherwise has every thread of the program trapping in a loop on them,
+/// busy, while it waits for a processor (10–25 ms and thousands of traps
+/// with 10,000 sites and 8 threads on 2 cores); sleeping, they leave it
+/// the processor. Async-signal-safe (atomics and `futex`); keeps `errno`.
+fn wait_for_patcher(site: u64) {
+    let me = PATCHER.load(Ordering::Acquire);
+    // SAFETY: gettid cannot fail.
+    if me == 0 || me == unsafe { libc::gettid() } {
+        return;
+    }
+    // SAFETY: the calling thread's errno, restored before returning.
+    let errno = unsafe { *libc::__errno_location() };
+    let seen = PROGRESS.load(Ordering::SeqCst);
+    WAITERS.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: a registered site is inside mapped code.
+    if unsafe { core::ptr::read_volatile(site as *const u8) } == 0xcc {
+        let t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: WAIT_NS,
+        };
+        // SAFETY: FUTEX_WAIT on a static word with a relative timeout; it
+        // returns at once if the word moved since `seen` was read.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                PROGRESS.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                seen,
+                &t as *const libc::timespec,
+            )
+        };
+    }
+    WAITERS.fetch_sub(1, Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// The patcher moved on: wakes the threads waiting for it.
+fn progress() {
+    PROGRESS.fetch_add(1, Ordering::SeqCst);
+    if WAITERS.load(Ordering::SeqCst) > 0 {
+        // SAFETY: FUTEX_WAKE on a static word.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                PROGRESS.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            )
+        };
+    }
+}
+
 /// The handler that was installed before ours (chained to for traps that
 /// are not ours).
 static mut OLD: core::mem::MaybeUninit<libc::sigaction> = core::mem::MaybeUninit::zeroed();
@@ -145,21 +211,23 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     // RIP is right after the `int3` that trapped.
     let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] } as u64;
     let site = rip.wrapping_sub(1);
-    if let Some(resume) = resume_of(site) {
+    let resume = resume_of(site);
+    if resume.is_some() || is_site(site) {
         TRAPS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: a registered site is inside mapped code.
-        let b = unsafe { core::ptr::read_volatile(site as *const u8) };
-        let next = if b == 0xcc { resume } else { site };
-        // SAFETY: as below; changing where the interrupted thread resumes.
-        unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] = next as i64 };
-        return;
-    }
-    if is_site(site) {
-        TRAPS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: a registered site is inside mapped code.
-        let b = unsafe { core::ptr::read_volatile(site as *const u8) };
-        let next = if b == 0xcc { site + 5 } else { site };
-        // SAFETY: as above; changing where the interrupted thread resumes.
+        let mut b = unsafe { core::ptr::read_volatile(site as *const u8) };
+        if b == 0xcc {
+            wait_for_patcher(site);
+            // SAFETY: as above.
+            b = unsafe { core::ptr::read_volatile(site as *const u8) };
+        }
+        let next = match (b == 0xcc, resume) {
+            (true, Some(r)) => r,
+            (true, None) => site + 5,
+            (false, _) => site,
+        };
+        // SAFETY: changing where the interrupted thread resumes, in the
+        // ucontext the kernel passed.
         unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] = next as i64 };
         return;
     }
@@ -230,6 +298,8 @@ pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
     super::sync::available();
     crate::diag::step("int3-ready");
     let page = w.runs().first().map_or(0, |r| r.0);
+    // SAFETY: gettid cannot fail.
+    PATCHER.store(unsafe { libc::gettid() }, Ordering::Release);
     let batches: Vec<&[(u64, [u8; 5])]> = todo.chunks(BATCH).collect();
     let n = batches.len();
     // The sites are registered and inside pages `w` made writable; a
@@ -260,6 +330,9 @@ pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
             }
         }
         super::sync::serialize_all(page);
+        progress();
     }
+    PATCHER.store(0, Ordering::Release);
+    progress();
     crate::diag::step("int3");
 }

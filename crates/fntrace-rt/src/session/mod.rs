@@ -307,12 +307,14 @@ pub fn finish() -> Option<Summary> {
 /// [`finish`] in two halves: ends the recording in one step (no thread
 /// records after it returns); [`complete`] then writes the rest of the
 /// file. A detaching runtime switches the code off in between.
+#[cfg(feature = "compiler-hooks")]
 pub(crate) fn end() -> Option<recorder::Ended> {
     crate::sched::stop();
     recorder::end(false, &|f| count::for_each_arc(f))
 }
 
 /// The second half of [`finish`] (see [`end`]).
+#[cfg(feature = "compiler-hooks")]
 pub(crate) fn complete(e: recorder::Ended) -> Summary {
     recorder::complete(e)
 }
