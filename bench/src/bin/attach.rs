@@ -188,7 +188,11 @@ fn main() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(7);
-    let dir = std::env::temp_dir().join(format!("fntrace-attach-bench-{}", std::process::id()));
+    // ATTACH_BENCH_DIR: build there and keep it (to profile by hand).
+    let keep = std::env::var_os("ATTACH_BENCH_DIR").map(PathBuf::from);
+    let dir = keep.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("fntrace-attach-bench-{}", std::process::id()))
+    });
     std::fs::create_dir_all(&dir).unwrap();
     let bin = generate(&dir);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -341,5 +345,7 @@ fn main() {
             a / l
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if keep.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -235,6 +235,18 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
     let t0 = Instant::now();
     let exe = check_target(pid)?;
     let t_checked = t0.elapsed();
+    // The fix-up plan (reading every object's sites and code) is made on
+    // a thread of its own while the other checks run.
+    let plan = std::thread::spawn(move || {
+        let objs = mapped_objects(pid);
+        fixup::plan(
+            pid,
+            &objs
+                .iter()
+                .map(|m| (m.file.clone(), m.start))
+                .collect::<Vec<_>>(),
+        )
+    });
     let ins = instrumentation(pid);
     let t_inspected = t0.elapsed();
     if !(ins.patchable_code() || ins.mcount || ins.fentry || ins.cyg_profile) {
@@ -305,6 +317,9 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
     let mut pairs: Vec<(&str, std::ffi::OsString)> = cfg.to_env();
     pairs.push((config::HANDOVER_SOCKET, name.clone().into()));
     pairs.push((config::HANDOVER_CONTROLLER, me.into()));
+    if !(ins.mcount || ins.fentry || ins.cyg_profile) {
+        pairs.push((config::HANDOVER_HOOKS, "0".into()));
+    }
     let handover = config::encode_handover(pairs.iter().map(|(n, v)| (*n, v.as_os_str())));
 
     let mut timings = Timings::default();
@@ -318,7 +333,7 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
     // caught: killing `record -p` during the injection (a few tens of ms)
     // can kill the target; after it, the runtime detaches by itself.
     catch_stop_signals();
-    inject(pid, &preload, &handover, &mut timings, t0)?;
+    inject(pid, &preload, &handover, plan, &mut timings, t0)?;
 
     // The runtime connects back.
     listener.set_nonblocking(true)?;
@@ -564,7 +579,14 @@ fn libc_ranges(pid: i32) -> Vec<(u64, u64)> {
 }
 
 /// Loads the runtime into `pid` and hands it the configuration.
-fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings, t0: Instant) -> Result<()> {
+fn inject(
+    pid: i32,
+    preload: &Path,
+    handover: &[u8],
+    plan: std::thread::JoinHandle<Vec<fixup::Span>>,
+    t: &mut Timings,
+    t0: Instant,
+) -> Result<()> {
     let objs = mapped_objects(pid);
     let libc_obj = objs
         .iter()
@@ -593,13 +615,7 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings, t0: Instan
         ))
     })?;
     t.marks.push(("symbols", t0.elapsed()));
-    let plan = fixup::plan(
-        pid,
-        &objs
-            .iter()
-            .map(|m| (m.file.clone(), m.start))
-            .collect::<Vec<_>>(),
-    );
+    let plan = plan.join().unwrap_or_default();
     t.marks.push(("plan", t0.elapsed()));
     let stop_start = Instant::now();
     t.stop_window.0 = fntrace_rt::clock::monotonic_ns();

@@ -83,6 +83,7 @@ pub unsafe extern "C" fn fntrace_attach(handover: *const u8, len: usize) -> i32 
         return ATTACH_RECORDING;
     }
     crate::diag::steps_start();
+    crate::clock::anchor();
     // Registering for the membarrier that code patching needs waits for an
     // RCU grace period in a multi-threaded process (6–16 ms measured
     // here): it waits on a thread of its own while the runtime starts.
@@ -233,7 +234,11 @@ fn start(vars: &HashMap<String, OsString>, controller: u64) -> Result<String, St
     // rewritten while its threads run; they are taken over through the GOT.
     cfg.keep_calls = true;
     // The hooks are taken over while nothing records yet, like the sites.
-    let hooks = take_over_hooks();
+    let hooks = if vars.get(config::HANDOVER_HOOKS).is_some_and(|v| v == "0") {
+        0
+    } else {
+        take_over_hooks()
+    };
     crate::diag::step("hooks");
     let path = match super::start_attached(&cfg) {
         Ok(p) => p,

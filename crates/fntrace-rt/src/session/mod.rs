@@ -121,6 +121,13 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     };
     if order == Order::FileFirst {
         switch_on(cfg);
+        start_control(cfg);
+    }
+    // Attaching, the control socket comes after the recording started
+    // (it is not needed before, and its descriptor and thread cost time
+    // before the first event).
+    if order == Order::CodeFirst {
+        start_control(cfg);
     }
     #[cfg(feature = "compiler-hooks")]
     crate::libcalls::describe_all();
@@ -288,11 +295,18 @@ fn start_dynamic(cfg: &Config) {
         Err(e) => crate::diag::diag!("fntrace: {e}"),
     }
     crate::diag::step("sites");
+}
+
+/// Starts the control socket of `fntrace live` if `cfg` asks for it.
+fn start_control(cfg: &Config) {
+    #[cfg(feature = "compiler-hooks")]
     if cfg.control
         && let Err(e) = crate::control::socket::start()
     {
         crate::diag::diag!("fntrace: control socket: {e}");
     }
+    #[cfg(not(feature = "compiler-hooks"))]
+    let _ = cfg;
 }
 
 /// Finishes the active session: the counted arcs (counting mode), the
