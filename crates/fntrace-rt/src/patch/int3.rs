@@ -124,6 +124,13 @@ static PATCHER: AtomicI32 = AtomicI32::new(0);
 /// How long a thread that trapped waits for the patcher at most.
 const WAIT_NS: i64 = 1_000_000;
 
+/// In a forked child: the patcher is a thread of the parent (a child
+/// forked in the middle of a change keeps its `int3`s, which then behave
+/// as the NOP, without waiting).
+extern "C" fn forget_patcher() {
+    PATCHER.store(0, Ordering::Release);
+}
+
 /// Called by a thread that trapped on a site still holding its `int3`:
 /// sleeps until the patcher moves on (or 1 ms) instead of running on and
 /// trapping again at once. A patching thread preempted with sites armed
@@ -202,6 +209,8 @@ fn install() {
                 core::ptr::addr_of_mut!(OLD) as *mut libc::sigaction,
             );
         }
+        // SAFETY: registers a child handler that only stores to an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_patcher)) };
     });
 }
 
