@@ -109,6 +109,9 @@ fn gap_in_ms(stdin: &mut impl Write, out: &mut impl BufRead, a: u64, b: u64) -> 
     stdin.flush().unwrap();
     let mut l = String::new();
     out.read_line(&mut l).unwrap();
+    if std::env::var_os("ATTACH_BENCH_DEBUG").is_some() {
+        eprintln!("w {a} {b} -> {l:?}");
+    }
     l.trim().parse::<f64>().unwrap_or(f64::NAN) / 1e6
 }
 
@@ -224,11 +227,22 @@ fn main() {
             .spawn()
             .unwrap();
         let mut err = BufReader::new(rec.stderr.take().unwrap());
+        // Messages may come first: up to the `attached` line.
         let mut attached = String::new();
-        err.read_line(&mut attached).unwrap();
+        while !attached.contains("attached to process") {
+            attached.clear();
+            if err.read_line(&mut attached).unwrap() == 0 {
+                break;
+            }
+        }
         row.gap_attach = gap_ms(&mut stdin, &mut out);
         let mut steps = String::new();
-        err.read_line(&mut steps).unwrap();
+        while !steps.contains("attach steps") {
+            steps.clear();
+            if err.read_line(&mut steps).unwrap() == 0 {
+                break;
+            }
+        }
         // The longest gap overlapping the time `record -p` had the
         // threads stopped (it prints the window with its steps).
         if let Some((a, b)) = steps
@@ -263,11 +277,12 @@ fn main() {
         if verbose {
             eprintln!(
                 "round {r}: first event {:.1} ms, detached {:.1} ms, stopped {:.2} ms, \
-                 gaps before/attach/detach {:.2}/{:.2}/{:.2} ms",
+                 gaps before/stop/attach/detach {:.2}/{:.2}/{:.2}/{:.2} ms",
                 row.first,
                 row.detached,
                 row.stopped,
                 row.gap_before,
+                row.gap_stop,
                 row.gap_attach,
                 row.gap_detach
             );

@@ -84,10 +84,6 @@ pub unsafe extern "C" fn fntrace_attach(handover: *const u8, len: usize) -> i32 
     }
     crate::diag::steps_start();
     crate::clock::anchor();
-    // Registering for the membarrier that code patching needs waits for an
-    // RCU grace period in a multi-threaded process (6–16 ms measured
-    // here): it waits on a thread of its own while the runtime starts.
-    crate::patch::sync::register_early();
     match std::thread::Builder::new()
         .name("fntrace-attach".into())
         .spawn(move || {
@@ -127,6 +123,12 @@ fn connect(name: &[u8]) -> std::io::Result<UnixStream> {
 /// The attach thread's work (see the module doc).
 fn run(handover: &[u8]) {
     crate::diag::step("thread");
+    // Registering for the membarrier that code patching needs waits for an
+    // RCU grace period in a multi-threaded process (6–16 ms measured
+    // here): it waits on a thread of its own while the runtime starts
+    // (made here, not on the thread the controller borrowed, which goes
+    // back to the program sooner).
+    crate::patch::sync::register_early();
     let vars: HashMap<String, OsString> = config::decode_handover(handover).into_iter().collect();
     let Some(sock) = vars.get(config::HANDOVER_SOCKET).cloned() else {
         ATTACHED.store(false, Ordering::Release);
