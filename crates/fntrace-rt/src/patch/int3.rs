@@ -287,12 +287,13 @@ pub const BATCH: usize = 128;
 /// its pass (for a time slice of the program's busy threads) left every
 /// call of every thread trapping for that long.
 pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
+    // One change per site (the last one asked for): a site in two batches
+    // would lose its `int3` while its tail changes.
+    let mut todo: Vec<(u64, [u8; 5])> = items.iter().rev().copied().collect();
+    todo.sort_by_key(|i| i.0);
+    todo.dedup_by_key(|i| i.0);
     // SAFETY: registered sites are inside mapped code.
-    let todo: Vec<(u64, [u8; 5])> = items
-        .iter()
-        .copied()
-        .filter(|&(a, new)| unsafe { text::read::<5>(a) } != new)
-        .collect();
+    todo.retain(|&(a, new)| unsafe { text::read::<5>(a) } != new);
     if todo.is_empty() {
         return;
     }
