@@ -215,7 +215,9 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
         unsafe { libc::close(fd) };
         return Err(with_path(e));
     }
+    crate::diag::step("file-open");
     let tsc_hz = clock::calibrate(CALIBRATION_NS);
+    crate::diag::step("calibrate");
     let (start_tsc, start_mono_ns) = clock::clock_pair();
     let header = Header {
         version_major: VERSION_MAJOR,
@@ -363,6 +365,20 @@ pub(crate) type ArcSource<'a> = &'a dyn Fn(&mut dyn FnMut(u64, u64, u64));
 /// Other threads stop recording at their next event; their last chunks
 /// stay unsealed (readers handle that).
 pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary> {
+    end(process_exit, arcs).map(complete)
+}
+
+/// A session whose recording ended ([`end`]) and whose file is not
+/// complete yet ([`complete`]).
+pub(crate) struct Ended {
+    s: &'static Session,
+}
+
+/// Ends the active session's recording in one step (the first half of
+/// [`finish`]): the arcs, the calling thread's stream, then no thread
+/// records any more. The file is completed by [`complete`], which may
+/// come later (a detaching runtime switches the code off in between).
+pub(crate) fn end(process_exit: bool, arcs: ArcSource<'_>) -> Option<Ended> {
     let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
     let p = CURRENT.load(Ordering::Acquire);
     let sid = SESSION.load(Ordering::Acquire);
@@ -384,6 +400,15 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
         }
     });
     SESSION.store(0, Ordering::Release);
+    Some(Ended { s })
+}
+
+/// Completes the file of a session whose recording [`end`]ed: the
+/// metadata stream sealed, the event count (waiting for the helper's
+/// pass), the final block, the file truncated to its chunks and closed.
+pub(crate) fn complete(e: Ended) -> Summary {
+    let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    let s = e.s;
     {
         let m = s.meta.lock().unwrap_or_else(|e| e.into_inner());
         seal(&m);
@@ -426,7 +451,7 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
         }
         s.fd.close();
     }
-    Some(Summary {
+    Summary {
         path: s.path.clone(),
         bytes: len,
         threads: s.threads.load(Ordering::Relaxed),
@@ -434,7 +459,7 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
         full_tsc: fin.full_tsc,
         events,
         overwritten: fin.overwritten,
-    })
+    }
 }
 
 /// Forces what was recorded so far to stable storage (`msync`). Not
