@@ -451,6 +451,7 @@ pub(crate) fn complete(e: Ended) -> Summary {
         }
         s.fd.close();
     }
+    detach_mapping(s);
     Summary {
         path: s.path.clone(),
         bytes: len,
@@ -459,6 +460,41 @@ pub(crate) fn complete(e: Ended) -> Summary {
         full_tsc: fin.full_tsc,
         events,
         overwritten: fin.overwritten,
+    }
+}
+
+/// Replaces a completed session's file mapping with anonymous memory:
+/// the file's pages leave the process (a process attached to many times,
+/// or one that keeps running after its recording ended, does not keep
+/// every trace mapped), and a thread that was inside the event path when
+/// the recording ended and stores one more event writes it to memory that
+/// is thrown away, never into the completed file (a late store into a
+/// chunk sealed since would break its checksum). Pages are allocated only
+/// if such a store touches them. The rest of the address-space
+/// reservation is given back.
+fn detach_mapping(s: &Session) {
+    let len = s.mapped.load(Ordering::Acquire);
+    // SAFETY: [base, base+len) is this session's own file-backed mapping
+    // inside its reservation; MAP_FIXED replaces it in one step with
+    // readable and writable zero pages, so a late store by a thread still
+    // holding a cursor into it stays valid. Sessions are leaked: nothing
+    // frees this range afterwards.
+    unsafe {
+        libc::mmap(
+            s.base as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+    }
+    if s.reserved > len {
+        // SAFETY: the reservation past the mapped part was never handed
+        // out, and `grow` refuses to map more once the session is
+        // finished (checked under the same lock that set it), so no one
+        // uses [base+len, base+reserved) any more.
+        unsafe { libc::munmap(s.base.add(len) as *mut libc::c_void, s.reserved - len) };
     }
 }
 
