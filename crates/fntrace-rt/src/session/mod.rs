@@ -522,9 +522,18 @@ fn init_from_env_once() {
         return;
     }
     let _prof = prof::ProfTimerGuard::new();
+    // `FNTRACE_STARTUP_STEPS=1`: how long each step of the start took,
+    // on stderr (for `bench --bin startup`).
+    let timed = std::env::var_os("FNTRACE_STARTUP_STEPS").is_some();
+    if timed {
+        crate::diag::steps_start();
+    }
     if let Err(e) = start_config(&cfg, Order::FileFirst) {
         crate::diag::diag!("fntrace: cannot record: {e}");
         recorder::no_session();
+    }
+    if timed {
+        crate::diag::diag!("fntrace: start-up steps (ms) {}", crate::diag::steps_take());
     }
 }
 
