@@ -525,6 +525,13 @@ fn attach_and_detach_fifty_times_in_a_row() {
         threads,
         "threads left behind after 50 attaches"
     );
+    // No trace stays mapped in the target after its detach.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+    let kept: Vec<&str> = maps.lines().filter(|l| l.contains(".data")).collect();
+    assert!(
+        kept.is_empty(),
+        "traces still mapped after detach: {kept:?}"
+    );
     t.quit();
 }
 

@@ -55,11 +55,40 @@ pub fn clock_pair() -> (u64, u64) {
     (best.1, best.2)
 }
 
+/// A clock pair taken earlier by [`anchor`] (0, 0: none).
+static ANCHOR_TSC: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static ANCHOR_NS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Takes a clock pair now (once per process) for later calibrations to
+/// measure from instead of waiting: a runtime attaching to a running
+/// program takes it when it is loaded, so that its session's start
+/// measures the frequency over the milliseconds that passed since rather
+/// than over a busy wait.
+pub fn anchor() {
+    use core::sync::atomic::Ordering;
+    if ANCHOR_NS.load(Ordering::Acquire) == 0 {
+        let (t, m) = clock_pair();
+        ANCHOR_TSC.store(t, Ordering::Relaxed);
+        ANCHOR_NS.store(m, Ordering::Release);
+    }
+}
+
 /// Measures TSC ticks per second against CLOCK_MONOTONIC over about
-/// `window_ns` of busy waiting.
+/// `window_ns` of busy waiting (or since the [`anchor`], when it is older).
 pub fn calibrate(window_ns: u64) -> u64 {
+    use core::sync::atomic::Ordering;
     if cfg!(not(target_arch = "x86_64")) {
         return 1_000_000_000;
+    }
+    let m = ANCHOR_NS.load(Ordering::Acquire);
+    if m != 0 {
+        let a = (ANCHOR_TSC.load(Ordering::Relaxed), m);
+        let now = clock_pair();
+        if now.1.saturating_sub(m) >= window_ns
+            && let Some(hz) = hz_between(a, now)
+        {
+            return hz;
+        }
     }
     let (t0, m0) = clock_pair();
     while monotonic_ns() < m0 + window_ns {

@@ -96,6 +96,10 @@ pub const ENV_PRELOAD: &str = "FNTRACE_PRELOAD";
 pub const HANDOVER_SOCKET: &str = "FNTRACE_ATTACH_SOCKET";
 /// Hand-over only: the process id of the controller.
 pub const HANDOVER_CONTROLLER: &str = "FNTRACE_ATTACH_CONTROLLER";
+/// Hand-over only: `0` when no loaded object calls a compiler hook
+/// (`mcount`, `__fentry__`, `__cyg_profile_func_*`), as the controller
+/// found: the runtime then skips looking for their GOT slots.
+pub const HANDOVER_HOOKS: &str = "FNTRACE_ATTACH_HOOKS";
 
 /// `fntrace_attach` result: the attach thread was started.
 pub const ATTACH_STARTED: i32 = 0;

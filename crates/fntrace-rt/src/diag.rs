@@ -51,3 +51,36 @@ macro_rules! diag {
     };
 }
 pub(crate) use diag;
+
+/// Steps timed while attaching or detaching (`None`: not timing): names
+/// and CLOCK_MONOTONIC nanoseconds, for the controller's benchmark.
+static STEPS: Mutex<Option<Vec<(&'static str, u64)>>> = Mutex::new(None);
+
+/// Starts timing steps (forgetting earlier ones).
+pub fn steps_start() {
+    *STEPS.lock().unwrap_or_else(|e| e.into_inner()) =
+        Some(vec![("start", crate::clock::monotonic_ns())]);
+}
+
+/// Marks the end of step `name` (nothing unless timing).
+pub fn step(name: &'static str) {
+    let mut s = STEPS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(v) = s.as_mut()
+        && v.len() < 64
+    {
+        v.push((name, crate::clock::monotonic_ns()));
+    }
+}
+
+/// Stops timing; returns each step's duration as `name:ms,name:ms,...`.
+pub fn steps_take() -> String {
+    let v = STEPS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .unwrap_or_default();
+    v.windows(2)
+        .map(|w| format!("{}:{:.2}", w[1].0, (w[1].1 - w[0].1) as f64 / 1e6))
+        .collect::<Vec<_>>()
+        .join(",")
+}

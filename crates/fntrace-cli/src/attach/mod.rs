@@ -16,7 +16,8 @@
 //! 4. The runtime connects (its peer credentials must be the target's),
 //!    starts recording and says so; we wait for `--duration`, Ctrl-C (or
 //!    SIGTERM/SIGHUP), or the process's end, then ask it to detach and
-//!    wait for its `ok detached`. If we are killed, the socket closes and
+//!    wait for its `ok off` (every site back) and `ok detached` (the trace
+//!    complete). If we are killed, the socket closes and
 //!    the runtime detaches by itself.
 
 pub mod fixup;
@@ -41,7 +42,7 @@ use crate::{Error, Result, probe};
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What happened during an attach, for the summary and the benchmark.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Timings {
     /// Longest time any thread other than the borrowed one was stopped.
     pub others_stopped: Duration,
@@ -49,11 +50,38 @@ pub struct Timings {
     pub borrowed: Duration,
     /// From the start of `record -p` to the runtime saying it records.
     pub to_recording: Duration,
-    /// From asking to stop to the runtime saying it detached.
+    /// From asking to stop to the runtime saying every site is off.
     pub to_detached: Duration,
+    /// From asking to stop to the runtime saying the trace is complete.
+    pub to_completed: Duration,
     /// One-byte NOP runs rewritten while the threads were stopped.
     pub fixed: fixup::Fixed,
+    /// Named steps of the injection and when each ended (from the start).
+    pub marks: Vec<(&'static str, Duration)>,
+    /// CLOCK_MONOTONIC ns when the first thread was stopped and when the
+    /// last one but the borrowed one was let go.
+    pub stop_window: (u64, u64),
 }
+
+impl Timings {
+    /// Each step's duration, `name:ms,...`.
+    fn steps(&self) -> String {
+        let mut last = Duration::ZERO;
+        self.marks
+            .iter()
+            .map(|&(n, t)| {
+                let d = t.saturating_sub(last);
+                last = t;
+                format!("{n}:{:.2}", d.as_secs_f64() * 1e3)
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Set: `record -p` prints how long each step of the attach and the
+/// detach took (for `bench --bin attach`).
+pub const STEPS_ENV: &str = "FNTRACE_ATTACH_STEPS";
 
 /// A field of `/proc/PID/status` (`TracerPid`, `Uid`, ...).
 fn status_field(pid: i32, name: &str) -> Option<String> {
@@ -206,7 +234,21 @@ extern "C" fn on_signal(sig: libc::c_int) {
 pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
     let t0 = Instant::now();
     let exe = check_target(pid)?;
+    let t_checked = t0.elapsed();
+    // The fix-up plan (reading every object's sites and code) is made on
+    // a thread of its own while the other checks run.
+    let plan = std::thread::spawn(move || {
+        let objs = mapped_objects(pid);
+        fixup::plan(
+            pid,
+            &objs
+                .iter()
+                .map(|m| (m.file.clone(), m.start))
+                .collect::<Vec<_>>(),
+        )
+    });
     let ins = instrumentation(pid);
+    let t_inspected = t0.elapsed();
     if !(ins.patchable_code() || ins.mcount || ins.fentry || ins.cyg_profile) {
         return Err(Error::Invalid(format!(
             "process {pid} ({}) has no instrumentation fntrace can switch on while it runs; \
@@ -275,9 +317,15 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
     let mut pairs: Vec<(&str, std::ffi::OsString)> = cfg.to_env();
     pairs.push((config::HANDOVER_SOCKET, name.clone().into()));
     pairs.push((config::HANDOVER_CONTROLLER, me.into()));
+    if !(ins.mcount || ins.fentry || ins.cyg_profile) {
+        pairs.push((config::HANDOVER_HOOKS, "0".into()));
+    }
     let handover = config::encode_handover(pairs.iter().map(|(n, v)| (*n, v.as_os_str())));
 
     let mut timings = Timings::default();
+    timings.marks.push(("target", t_checked));
+    timings.marks.push(("inspect", t_inspected));
+    timings.marks.push(("checks", t0.elapsed()));
     // Ctrl-C (and SIGTERM, SIGHUP) from here on only asks to stop: the
     // injection in progress finishes first (a controller that died while
     // the borrowed thread ran our call would leave it returning to
@@ -285,11 +333,12 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
     // caught: killing `record -p` during the injection (a few tens of ms)
     // can kill the target; after it, the runtime detaches by itself.
     catch_stop_signals();
-    inject(pid, &preload, &handover, &mut timings)?;
+    inject(pid, &preload, &handover, plan, &mut timings, t0)?;
 
     // The runtime connects back.
     listener.set_nonblocking(true)?;
     let stream = accept_from(&listener, pid, Duration::from_secs(15))?;
+    timings.marks.push(("connected", t0.elapsed()));
     stream.set_nonblocking(false)?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let line = answer(&mut reader)?;
@@ -305,6 +354,7 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
         )));
     };
     timings.to_recording = t0.elapsed();
+    timings.marks.push(("recording", timings.to_recording));
     let field = |k: &str| {
         started
             .split_whitespace()
@@ -326,6 +376,17 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
             None => " until Ctrl-C".into(),
         }
     );
+    let show_steps = std::env::var_os(STEPS_ENV).is_some();
+    if show_steps {
+        eprintln!(
+            "fntrace: attach steps (ms): {}; in the runtime: {}; traps {}; stop-window {} {}",
+            timings.steps(),
+            field("steps"),
+            field("traps"),
+            timings.stop_window.0,
+            timings.stop_window.1
+        );
+    }
     if cfg.control && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!(
             "fntrace: switch functions on and off meanwhile: fntrace live {pid} list|enable REGEX|disable REGEX"
@@ -337,15 +398,34 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
     drop(progress);
     let t_stop = Instant::now();
     let mut w = stream.try_clone()?;
+    // The runtime answers twice: `ok off` once every site is back (the
+    // program runs at full speed from there), `ok detached` once the
+    // trace file is complete.
+    let mut off_steps = None;
     let detached = if ended {
         None
     } else {
         let _ = writeln!(w, "stop");
         let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-        let l = answer(&mut reader).unwrap_or_default();
+        let mut l = answer(&mut reader).unwrap_or_default();
         timings.to_detached = t_stop.elapsed();
+        if let Some(off) = l.strip_prefix("ok off ") {
+            off_steps = off
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("steps="))
+                .map(str::to_string);
+            l = answer(&mut reader).unwrap_or_default();
+        }
+        timings.to_completed = t_stop.elapsed();
         Some(l)
     };
+    if show_steps && detached.is_some() {
+        eprintln!(
+            "fntrace: detach steps in the runtime (ms): {}; trace complete after {:.2} ms",
+            off_steps.as_deref().unwrap_or("?"),
+            timings.to_completed.as_secs_f64() * 1e3
+        );
+    }
     match &detached {
         Some(l) if l.starts_with("ok detached") => eprintln!(
             "fntrace: detached from process {pid} in {:.1} ms (every site switched back off); \
@@ -499,7 +579,14 @@ fn libc_ranges(pid: i32) -> Vec<(u64, u64)> {
 }
 
 /// Loads the runtime into `pid` and hands it the configuration.
-fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<()> {
+fn inject(
+    pid: i32,
+    preload: &Path,
+    handover: &[u8],
+    plan: std::thread::JoinHandle<Vec<fixup::Span>>,
+    t: &mut Timings,
+    t0: Instant,
+) -> Result<()> {
     let objs = mapped_objects(pid);
     let libc_obj = objs
         .iter()
@@ -527,21 +614,22 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
             preload.display()
         ))
     })?;
-    let plan = fixup::plan(
-        pid,
-        &objs
-            .iter()
-            .map(|m| (m.file.clone(), m.start))
-            .collect::<Vec<_>>(),
-    );
+    t.marks.push(("symbols", t0.elapsed()));
+    let plan = plan.join().unwrap_or_default();
+    t.marks.push(("plan", t0.elapsed()));
     let stop_start = Instant::now();
+    t.stop_window.0 = fntrace_rt::clock::monotonic_ns();
     let mut st = ptrace::Stopped::all(pid).map_err(|e| Error::Invalid(e.to_string()))?;
+    t.marks.push(("stop", t0.elapsed()));
     t.fixed = fixup::apply(&st, &plan);
+    t.marks.push(("fixup", t0.elapsed()));
     let mut tids = st.tids();
     tids.sort_by_key(|&tid| rank(&st, tid, pid, &ranges));
     let tid = tids[0];
     st.release_all_but(tid);
+    t.stop_window.1 = fntrace_rt::clock::monotonic_ns();
     t.others_stopped = stop_start.elapsed();
+    t.marks.push(("release", t0.elapsed()));
     let fail = |e: ptrace::PtraceError| Error::Invalid(e.to_string());
     let mut path = preload.as_os_str().as_encoded_bytes().to_vec();
     path.push(0);
@@ -550,6 +638,7 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
     let handle = st
         .call(tid, dlopen, &[ptrace::DATA, mode], &path, CALL_TIMEOUT)
         .map_err(fail)?;
+    t.marks.push(("dlopen", t0.elapsed()));
     if handle == 0 {
         let why = match dlerror {
             Some(f) => match st.call(tid, f, &[], &[], CALL_TIMEOUT) {
@@ -589,6 +678,7 @@ fn inject(pid: i32, preload: &Path, handover: &[u8], t: &mut Timings) -> Result<
         .map_err(fail)? as u32 as i32;
     st.release();
     t.borrowed = stop_start.elapsed();
+    t.marks.push(("handover", t0.elapsed()));
     match r {
         config::ATTACH_STARTED => Ok(()),
         config::ATTACH_BUSY => Err(Error::Invalid(format!(

@@ -258,7 +258,9 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             reg.none.push((start, path));
             continue;
         };
+        crate::diag::step("discover");
         let names = crate::procinfo::module_function_ranges(&path, bias);
+        crate::diag::step("symbols");
         let mut found = vec![];
         let mut skipped: Vec<String> = vec![];
         let mut calls = vec![];
@@ -324,6 +326,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             );
             reg.skipped += skipped.len();
         }
+        crate::diag::step("classify");
         if found.is_empty() {
             reg.none.push((start, path));
             continue;
@@ -383,6 +386,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             policy,
             alive: true,
         });
+        crate::diag::step("register");
         let i = reg.objects.len() - 1;
         let c = apply(reg, i);
         total.on += c.on;
@@ -601,6 +605,7 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
     }
     if o.wrappers == 0 {
         o.wrappers = wrappers(o, &what)?;
+        crate::diag::step("wrappers");
     }
     let wrapper_of = |k: usize| o.wrappers + k as u64 * wrapper::SIZE;
     let mut ranges = vec![];
@@ -612,6 +617,7 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
         }
     }
     let w = text::Writable::open(&ranges, &what)?;
+    crate::diag::step("writable");
     // Prefix sites: the prefix first (unreachable while the entry holds
     // its 2-byte NOP), every core serialised, then the 2-byte switches.
     let mut pokes = vec![];

@@ -5,6 +5,8 @@
 //! 2. write bytes 1–4, serialise;
 //! 3. write the new first byte, serialise.
 //!
+//! Many sites go through it in pipelined batches ([`poke5`]).
+//!
 //! A thread that reaches the site during the change either runs the old
 //! instruction, the new one, or traps on the `int3`. The `SIGTRAP` handler
 //! recognises sites by their address (every patchable site is registered
@@ -20,7 +22,7 @@
 //! installed before.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use super::text::{self, Writable};
 
@@ -103,6 +105,88 @@ pub fn is_site(addr: u64) -> bool {
     })
 }
 
+/// Traps on registered sites handled so far (threads that reached a site
+/// while it changed), for the attach benchmark.
+static TRAPS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many traps on registered sites were handled so far.
+pub fn traps() -> usize {
+    TRAPS.load(Ordering::Relaxed)
+}
+
+/// Advanced by [`poke5`] after each serialisation (a futex word: threads
+/// that trapped wait for it to move).
+static PROGRESS: AtomicU32 = AtomicU32::new(0);
+/// Threads waiting on [`PROGRESS`] (the patcher wakes them only if any).
+static WAITERS: AtomicU32 = AtomicU32::new(0);
+/// The thread running [`poke5`] (0: none); it never waits for itself.
+static PATCHER: AtomicI32 = AtomicI32::new(0);
+/// How long a thread that trapped waits for the patcher at most.
+const WAIT_NS: i64 = 1_000_000;
+
+/// In a forked child: the patcher is a thread of the parent (a child
+/// forked in the middle of a change keeps its `int3`s, which then behave
+/// as the NOP, without waiting).
+extern "C" fn forget_patcher() {
+    PATCHER.store(0, Ordering::Release);
+}
+
+/// Called by a thread that trapped on a site still holding its `int3`:
+/// sleeps until the patcher moves on (or 1 ms) instead of running on and
+/// trapping again at once. A patching thread preempted with sites armed
+/// otherwise has every thread of the program trapping in a loop on them,
+/// busy, while it waits for a processor (10–25 ms and thousands of traps
+/// with 10,000 sites and 8 threads on 2 cores); sleeping, they leave it
+/// the processor. Async-signal-safe (atomics and `futex`); keeps `errno`.
+fn wait_for_patcher(site: u64) {
+    let me = PATCHER.load(Ordering::Acquire);
+    // SAFETY: gettid cannot fail.
+    if me == 0 || me == unsafe { libc::gettid() } {
+        return;
+    }
+    // SAFETY: the calling thread's errno, restored before returning.
+    let errno = unsafe { *libc::__errno_location() };
+    let seen = PROGRESS.load(Ordering::SeqCst);
+    WAITERS.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: a registered site is inside mapped code.
+    if unsafe { core::ptr::read_volatile(site as *const u8) } == 0xcc {
+        let t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: WAIT_NS,
+        };
+        // SAFETY: FUTEX_WAIT on a static word with a relative timeout; it
+        // returns at once if the word moved since `seen` was read.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                PROGRESS.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                seen,
+                &t as *const libc::timespec,
+            )
+        };
+    }
+    WAITERS.fetch_sub(1, Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// The patcher moved on: wakes the threads waiting for it.
+fn progress() {
+    PROGRESS.fetch_add(1, Ordering::SeqCst);
+    if WAITERS.load(Ordering::SeqCst) > 0 {
+        // SAFETY: FUTEX_WAKE on a static word.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                PROGRESS.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            )
+        };
+    }
+}
+
 /// The handler that was installed before ours (chained to for traps that
 /// are not ours).
 static mut OLD: core::mem::MaybeUninit<libc::sigaction> = core::mem::MaybeUninit::zeroed();
@@ -125,6 +209,8 @@ fn install() {
                 core::ptr::addr_of_mut!(OLD) as *mut libc::sigaction,
             );
         }
+        // SAFETY: registers a child handler that only stores to an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_patcher)) };
     });
 }
 
@@ -134,19 +220,23 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     // RIP is right after the `int3` that trapped.
     let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] } as u64;
     let site = rip.wrapping_sub(1);
-    if let Some(resume) = resume_of(site) {
+    let resume = resume_of(site);
+    if resume.is_some() || is_site(site) {
+        TRAPS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: a registered site is inside mapped code.
-        let b = unsafe { core::ptr::read_volatile(site as *const u8) };
-        let next = if b == 0xcc { resume } else { site };
-        // SAFETY: as below; changing where the interrupted thread resumes.
-        unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] = next as i64 };
-        return;
-    }
-    if is_site(site) {
-        // SAFETY: a registered site is inside mapped code.
-        let b = unsafe { core::ptr::read_volatile(site as *const u8) };
-        let next = if b == 0xcc { site + 5 } else { site };
-        // SAFETY: as above; changing where the interrupted thread resumes.
+        let mut b = unsafe { core::ptr::read_volatile(site as *const u8) };
+        if b == 0xcc {
+            wait_for_patcher(site);
+            // SAFETY: as above.
+            b = unsafe { core::ptr::read_volatile(site as *const u8) };
+        }
+        let next = match (b == 0xcc, resume) {
+            (true, Some(r)) => r,
+            (true, None) => site + 5,
+            (false, _) => site,
+        };
+        // SAFETY: changing where the interrupted thread resumes, in the
+        // ucontext the kernel passed.
         unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] = next as i64 };
         return;
     }
@@ -177,18 +267,33 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     }
 }
 
+/// Sites whose change is in progress at once (see [`poke5`]).
+pub const BATCH: usize = 128;
+
 /// Changes 5-byte sites, all in pages of `w`, to new contents while other
 /// threads may run them. Every address must have been [`register`]ed (and
 /// for each site either the old or the new bytes must be a 5-byte NOP such as [`NOP5`]) or
 /// [`register_resume`]d (both states jumps, one of them to its resume
 /// address). The caller holds [`super::LOCK`].
+///
+/// The sites go through the three steps of the protocol in batches of
+/// [`BATCH`], pipelined: between two serialisations the heads of one
+/// batch, the tails of the next and the `int3`s of the one after are
+/// written, so that each site still sees a serialisation after each of its
+/// steps, the whole change costs one serialisation per batch (plus two),
+/// and at most two batches hold an `int3` at any moment. A thread that
+/// reaches a site holding an `int3` traps (a few µs in the handler); with
+/// every site armed at once, a patching thread preempted in the middle of
+/// its pass (for a time slice of the program's busy threads) left every
+/// call of every thread trapping for that long.
 pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
+    // One change per site (the last one asked for): a site in two batches
+    // would lose its `int3` while its tail changes.
+    let mut todo: Vec<(u64, [u8; 5])> = items.iter().rev().copied().collect();
+    todo.sort_by_key(|i| i.0);
+    todo.dedup_by_key(|i| i.0);
     // SAFETY: registered sites are inside mapped code.
-    let todo: Vec<(u64, [u8; 5])> = items
-        .iter()
-        .copied()
-        .filter(|&(a, new)| unsafe { text::read::<5>(a) } != new)
-        .collect();
+    todo.retain(|&(a, new)| unsafe { text::read::<5>(a) } != new);
     if todo.is_empty() {
         return;
     }
@@ -197,25 +302,47 @@ pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
             .all(|&(a, _)| is_site(a) || resume_of(a).is_some())
     );
     install();
+    // Registering for the membarrier (the first use, unless done early)
+    // can take an RCU grace period: done before any site holds an `int3`,
+    // so that no thread traps meanwhile.
+    super::sync::available();
+    crate::diag::step("int3-ready");
     let page = w.runs().first().map_or(0, |r| r.0);
+    // SAFETY: gettid cannot fail.
+    PATCHER.store(unsafe { libc::gettid() }, Ordering::Release);
+    let batches: Vec<&[(u64, [u8; 5])]> = todo.chunks(BATCH).collect();
+    let n = batches.len();
     // The sites are registered and inside pages `w` made writable; a
     // thread reaching a site sees the old instruction, the new one, or the
     // `int3`, whose trap the handler resolves.
-    for &(a, _) in &todo {
-        // SAFETY: one byte, the `int3`, over the first byte of the site.
-        unsafe { text::write_bytes(a, &[0xcc]) };
+    for k in 0..n + 2 {
+        if let Some(b) = k.checked_sub(2).and_then(|i| batches.get(i)) {
+            for &(a, new) in b.iter() {
+                // SAFETY: bytes 1–4 are final on every core (a
+                // serialisation followed their write); one byte replaces
+                // the `cc`.
+                unsafe { text::write_bytes(a, &new[..1]) };
+            }
+        }
+        if let Some(b) = k.checked_sub(1).and_then(|i| batches.get(i)) {
+            for &(a, new) in b.iter() {
+                // SAFETY: every core has seen the `cc` (a serialisation
+                // followed its write), so no thread decodes bytes 1–4 of
+                // the site while they change.
+                unsafe { text::write_bytes(a + 1, &new[1..]) };
+            }
+        }
+        if let Some(b) = batches.get(k) {
+            for &(a, _) in b.iter() {
+                // SAFETY: one byte, the `int3`, over the first byte of the
+                // site.
+                unsafe { text::write_bytes(a, &[0xcc]) };
+            }
+        }
+        super::sync::serialize_all(page);
+        progress();
     }
-    super::sync::serialize_all(page);
-    for &(a, new) in &todo {
-        // SAFETY: every core has seen the `cc`, so no thread decodes bytes
-        // 1–4 of the site while they change.
-        unsafe { text::write_bytes(a + 1, &new[1..]) };
-    }
-    super::sync::serialize_all(page);
-    for &(a, new) in &todo {
-        // SAFETY: bytes 1–4 are final on every core; one byte replaces the
-        // `cc`.
-        unsafe { text::write_bytes(a, &new[..1]) };
-    }
-    super::sync::serialize_all(page);
+    PATCHER.store(0, Ordering::Release);
+    progress();
+    crate::diag::step("int3");
 }

@@ -8,35 +8,50 @@
 //! TLB shoot-down interrupt on every core running the process, and the
 //! return from that interrupt serialises too.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 5;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 6;
 
-/// 0 = not tried, 1 = registered, 2 = unavailable.
-static STATE: AtomicU8 = AtomicU8::new(0);
+/// Whether the process registered for the core-serialising membarrier
+/// (set once; callers that arrive while it registers wait for it).
+static STATE: OnceLock<bool> = OnceLock::new();
 
 /// Whether the expedited core-serialising membarrier is available (and
-/// registers the process for it the first time).
+/// registers the process for it the first time). In a process with more
+/// than one thread, registering waits for an RCU grace period (6–16 ms
+/// measured here): a runtime attaching to a running program registers on
+/// a thread of its own while it does other work ([`register_early`]).
 pub fn available() -> bool {
-    match STATE.load(Ordering::Acquire) {
-        1 => true,
-        2 => false,
-        _ => {
-            // SAFETY: plain system call with integer arguments.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_membarrier,
-                    MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
-                    0,
-                    0,
-                )
-            };
-            let ok = r == 0;
-            STATE.store(if ok { 1 } else { 2 }, Ordering::Release);
-            ok
-        }
+    *STATE.get_or_init(|| {
+        // SAFETY: plain system call with integer arguments.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+                0,
+                0,
+            )
+        };
+        r == 0
+    })
+}
+
+/// Registers for the membarrier on a short-lived thread of its own, so
+/// that the wait overlaps the caller's work; the first [`serialize_all`]
+/// waits for it if it has not finished. Falls back to registering at the
+/// first use if no thread can be made.
+pub fn register_early() {
+    if STATE.get().is_some() {
+        return;
     }
+    let _ = std::thread::Builder::new()
+        .name("fntrace-membar".into())
+        .stack_size(64 << 10)
+        .spawn(|| {
+            available();
+        });
 }
 
 /// Makes every thread of the process execute a serialising instruction

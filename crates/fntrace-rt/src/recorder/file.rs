@@ -215,7 +215,9 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
         unsafe { libc::close(fd) };
         return Err(with_path(e));
     }
+    crate::diag::step("file-open");
     let tsc_hz = clock::calibrate(CALIBRATION_NS);
+    crate::diag::step("calibrate");
     let (start_tsc, start_mono_ns) = clock::clock_pair();
     let header = Header {
         version_major: VERSION_MAJOR,
@@ -363,6 +365,20 @@ pub(crate) type ArcSource<'a> = &'a dyn Fn(&mut dyn FnMut(u64, u64, u64));
 /// Other threads stop recording at their next event; their last chunks
 /// stay unsealed (readers handle that).
 pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary> {
+    end(process_exit, arcs).map(complete)
+}
+
+/// A session whose recording ended ([`end`]) and whose file is not
+/// complete yet ([`complete`]).
+pub(crate) struct Ended {
+    s: &'static Session,
+}
+
+/// Ends the active session's recording in one step (the first half of
+/// [`finish`]): the arcs, the calling thread's stream, then no thread
+/// records any more. The file is completed by [`complete`], which may
+/// come later (a detaching runtime switches the code off in between).
+pub(crate) fn end(process_exit: bool, arcs: ArcSource<'_>) -> Option<Ended> {
     let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
     let p = CURRENT.load(Ordering::Acquire);
     let sid = SESSION.load(Ordering::Acquire);
@@ -384,6 +400,15 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
         }
     });
     SESSION.store(0, Ordering::Release);
+    Some(Ended { s })
+}
+
+/// Completes the file of a session whose recording [`end`]ed: the
+/// metadata stream sealed, the event count (waiting for the helper's
+/// pass), the final block, the file truncated to its chunks and closed.
+pub(crate) fn complete(e: Ended) -> Summary {
+    let _l = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
+    let s = e.s;
     {
         let m = s.meta.lock().unwrap_or_else(|e| e.into_inner());
         seal(&m);
@@ -426,7 +451,8 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
         }
         s.fd.close();
     }
-    Some(Summary {
+    detach_mapping(s);
+    Summary {
         path: s.path.clone(),
         bytes: len,
         threads: s.threads.load(Ordering::Relaxed),
@@ -434,7 +460,42 @@ pub(crate) fn finish(process_exit: bool, arcs: ArcSource<'_>) -> Option<Summary>
         full_tsc: fin.full_tsc,
         events,
         overwritten: fin.overwritten,
-    })
+    }
+}
+
+/// Replaces a completed session's file mapping with anonymous memory:
+/// the file's pages leave the process (a process attached to many times,
+/// or one that keeps running after its recording ended, does not keep
+/// every trace mapped), and a thread that was inside the event path when
+/// the recording ended and stores one more event writes it to memory that
+/// is thrown away, never into the completed file (a late store into a
+/// chunk sealed since would break its checksum). Pages are allocated only
+/// if such a store touches them. The rest of the address-space
+/// reservation is given back.
+fn detach_mapping(s: &Session) {
+    let len = s.mapped.load(Ordering::Acquire);
+    // SAFETY: [base, base+len) is this session's own file-backed mapping
+    // inside its reservation; MAP_FIXED replaces it in one step with
+    // readable and writable zero pages, so a late store by a thread still
+    // holding a cursor into it stays valid. Sessions are leaked: nothing
+    // frees this range afterwards.
+    unsafe {
+        libc::mmap(
+            s.base as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+    }
+    if s.reserved > len {
+        // SAFETY: the reservation past the mapped part was never handed
+        // out, and `grow` refuses to map more once the session is
+        // finished (checked under the same lock that set it), so no one
+        // uses [base+len, base+reserved) any more.
+        unsafe { libc::munmap(s.base.add(len) as *mut libc::c_void, s.reserved - len) };
+    }
 }
 
 /// Forces what was recorded so far to stable storage (`msync`). Not

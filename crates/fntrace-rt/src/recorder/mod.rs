@@ -52,6 +52,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use fntrace_format::event::MAX_COMPACT_LEN;
 
 pub use file::flush;
+#[cfg(feature = "compiler-hooks")]
+pub(crate) use file::{Ended, complete, end};
 pub(crate) use file::{
     finish, forget_after_fork, note_meta, note_modules, start, start_after_fork, start_helper,
 };

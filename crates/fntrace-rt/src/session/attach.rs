@@ -21,9 +21,9 @@
 //! 4. answers `ok recording ...` and waits for `stop` (or for the socket
 //!    to close: the controller died);
 //! 5. detaches: a [`Framed::Detach`](fntrace_format::event::Framed::Detach)
-//!    record and the session finished (in one step, for every thread),
-//!    then hook slots back to glibc, every site and sled off, `ok
-//!    detached ...`.
+//!    record and the recording ended (in one step, for every thread),
+//!    then hook slots back to glibc, every site and sled off, `ok off
+//!    ...`; then the trace file completed, `ok detached ...`.
 //!
 //! Switching on, the order is the reverse: sites and sleds are switched on
 //! while nothing records, then the session starts in one step
@@ -82,6 +82,8 @@ pub unsafe extern "C" fn fntrace_attach(handover: *const u8, len: usize) -> i32 
         ATTACHED.store(false, Ordering::Release);
         return ATTACH_RECORDING;
     }
+    crate::diag::steps_start();
+    crate::clock::anchor();
     match std::thread::Builder::new()
         .name("fntrace-attach".into())
         .spawn(move || {
@@ -120,27 +122,50 @@ fn connect(name: &[u8]) -> std::io::Result<UnixStream> {
 
 /// The attach thread's work (see the module doc).
 fn run(handover: &[u8]) {
+    crate::diag::step("thread");
+    // Registering for the membarrier that code patching needs waits for an
+    // RCU grace period in a multi-threaded process (6–16 ms measured
+    // here): it waits on a thread of its own while the runtime starts
+    // (made here, not on the thread the controller borrowed, which goes
+    // back to the program sooner).
+    crate::patch::sync::register_early();
     let vars: HashMap<String, OsString> = config::decode_handover(handover).into_iter().collect();
-    let Some(sock) = vars.get(config::HANDOVER_SOCKET) else {
+    let Some(sock) = vars.get(config::HANDOVER_SOCKET).cloned() else {
         ATTACHED.store(false, Ordering::Release);
         return;
     };
-    let Ok(stream) = connect(sock.as_encoded_bytes()) else {
-        ATTACHED.store(false, Ordering::Release);
-        return;
-    };
+    // Our first descriptor parked high makes the descriptor table grow,
+    // which waits for an RCU grace period in a multi-threaded process
+    // (5–20 ms measured here): the connection is made on a thread of its
+    // own while this one switches the code on.
+    let conn = std::thread::Builder::new()
+        .name("fntrace-connect".into())
+        .stack_size(64 << 10)
+        .spawn(move || connect(sock.as_encoded_bytes()));
     let controller: u64 = vars
         .get(config::HANDOVER_CONTROLLER)
         .and_then(|v| v.to_str()?.parse().ok())
         .unwrap_or(0);
-    let Ok(mut out) = stream.try_clone() else {
-        ATTACHED.store(false, Ordering::Release);
-        return;
-    };
     // The program's standard error is not ours to write on: messages go
     // to the controller.
     crate::diag::capture();
     let started = start(&vars, controller);
+    let connected = match conn {
+        Ok(h) => h.join().ok().and_then(Result::ok),
+        Err(_) => connect(vars[config::HANDOVER_SOCKET].as_encoded_bytes()).ok(),
+    };
+    crate::diag::step("connected");
+    let Some((stream, mut out)) = connected.and_then(|s| s.try_clone().ok().map(|out| (s, out)))
+    else {
+        // Nobody to report to: whatever started goes back off.
+        if started.is_ok() {
+            detach(DetachReason::ControllerGone, &mut |_| {});
+        } else {
+            ATTACHED.store(false, Ordering::Release);
+        }
+        crate::diag::release();
+        return;
+    };
     let send_held = |out: &mut UnixStream| {
         for m in crate::diag::take() {
             let _ = writeln!(out, "msg {m}");
@@ -150,7 +175,7 @@ fn run(handover: &[u8]) {
     match started {
         Ok(msg) => {
             if writeln!(out, "ok recording {msg}").is_err() {
-                detach(DetachReason::ControllerGone);
+                detach(DetachReason::ControllerGone, &mut |_| {});
                 crate::diag::release();
                 return;
             }
@@ -184,7 +209,9 @@ fn run(handover: &[u8]) {
             }
         }
     }
-    let summary = detach(reason);
+    let summary = detach(reason, &mut |off| {
+        let _ = writeln!(out, "ok off {off}");
+    });
     for m in crate::diag::release() {
         let _ = writeln!(out, "msg {m}");
     }
@@ -209,7 +236,12 @@ fn start(vars: &HashMap<String, OsString>, controller: u64) -> Result<String, St
     // rewritten while its threads run; they are taken over through the GOT.
     cfg.keep_calls = true;
     // The hooks are taken over while nothing records yet, like the sites.
-    let hooks = take_over_hooks();
+    let hooks = if vars.get(config::HANDOVER_HOOKS).is_some_and(|v| v == "0") {
+        0
+    } else {
+        take_over_hooks()
+    };
+    crate::diag::step("hooks");
     let path = match super::start_attached(&cfg) {
         Ok(p) => p,
         Err(e) => {
@@ -222,8 +254,10 @@ fn start(vars: &HashMap<String, OsString>, controller: u64) -> Result<String, St
     let (total, on, bad) = crate::dynamic::site_counts();
     let xray = crate::xray::patch::patched_functions().len();
     Ok(format!(
-        "path={} sites={on}/{total} unusable-sites={bad} xray={xray} hook-slots={hooks}",
-        path.display()
+        "path={} sites={on}/{total} unusable-sites={bad} xray={xray} hook-slots={hooks} steps={} traps={}",
+        path.display(),
+        crate::diag::steps_take(),
+        crate::patch::int3::traps()
     ))
 }
 
@@ -323,22 +357,40 @@ fn take_over_hooks() -> usize {
 }
 
 /// Switches everything back off and finishes the session; returns a
-/// summary (`threads=... lost=... bytes=...`).
-fn detach(reason: DetachReason) -> String {
-    // The session ends first, in one step, so that the trace never holds
-    // a call tree with some functions already switched off; then the code
-    // goes back (hooks and sites that still run meanwhile record nothing).
+/// summary (`threads=... lost=... bytes=...`). `off` is told as soon as
+/// the code is back (`sites-off=... xray-off=... hook-slots-restored=...
+/// steps=...`), before the trace file is completed.
+fn detach(reason: DetachReason, off: &mut dyn FnMut(&str)) -> String {
+    // The recording ends first, in one step, so that the trace never
+    // holds a call tree with some functions already switched off; then
+    // the code goes back (hooks and sites that still run meanwhile record
+    // nothing), and only then is the file completed (counting what the
+    // helper has not counted yet can take tens of ms with a large trace:
+    // the program runs at full speed meanwhile).
+    crate::diag::steps_start();
     recorder::note_detach(reason.code());
-    let s = super::finish();
+    let ended = super::end();
+    crate::diag::step("end");
     let mut slots = std::mem::take(&mut *HOOK_SLOTS.lock().unwrap_or_else(|e| e.into_inner()));
     // Entries stop being recorded before exits do (see take_over_hooks).
     slots.sort_by_key(|r| r.symbol == "__cyg_profile_func_exit");
     got::restore(&slots);
     // Library calls (`--libcalls`) go back to their functions too.
     crate::libcalls::stop();
+    crate::diag::step("hooks");
     let sites = crate::dynamic::stop();
+    crate::diag::step("sites");
     let sleds = crate::xray::api::stop_recording();
+    crate::diag::step("xray");
     crate::control::socket::stop();
+    crate::diag::step("control");
+    off(&format!(
+        "sites-off={} xray-off={sleds} hook-slots-restored={} steps={}",
+        sites.off,
+        slots.len(),
+        crate::diag::steps_take()
+    ));
+    let s = ended.map(super::complete);
     ATTACHED.store(false, Ordering::Release);
     match s {
         Some(s) => format!(
@@ -347,7 +399,7 @@ fn detach(reason: DetachReason) -> String {
             s.lost_events,
             s.bytes,
             sites.off,
-            slots.len()
+            slots.len(),
         ),
         None => "no-session".into(),
     }

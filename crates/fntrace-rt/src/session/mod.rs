@@ -91,6 +91,7 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     #[cfg(feature = "compiler-hooks")]
     crate::calls::tramp::detect_vector_width(cfg.vector_width);
     markers::record::start_recording(&cfg.markers);
+    crate::diag::step("policy");
     let opts = Options {
         path,
         max_size: cfg.max_size,
@@ -108,6 +109,7 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     if order == Order::CodeFirst {
         switch_on(cfg);
     }
+    crate::diag::step("code-on");
     let path = match recorder::start(&opts) {
         Ok(p) => p,
         Err(e) => {
@@ -119,13 +121,22 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     };
     if order == Order::FileFirst {
         switch_on(cfg);
+        start_control(cfg);
+    }
+    // Attaching, the control socket comes after the recording started
+    // (it is not needed before, and its descriptor and thread cost time
+    // before the first event).
+    if order == Order::CodeFirst {
+        start_control(cfg);
     }
     #[cfg(feature = "compiler-hooks")]
     crate::libcalls::describe_all();
     if cfg.duration_ns > 0 {
         stop::after(cfg.duration_ns);
     }
+    crate::diag::step("file");
     recorder::start_helper();
+    crate::diag::step("helper");
     Ok(path)
 }
 
@@ -180,6 +191,7 @@ fn switch_on(cfg: &Config) {
     #[cfg(feature = "compiler-hooks")]
     {
         crate::xray::api::start_recording(&cfg.patch);
+        crate::diag::step("xray");
         start_dynamic(cfg);
         if let Some(p) = &cfg.libcalls
             && let Err(e) = crate::libcalls::start(p)
@@ -282,11 +294,19 @@ fn start_dynamic(cfg: &Config) {
         }
         Err(e) => crate::diag::diag!("fntrace: {e}"),
     }
+    crate::diag::step("sites");
+}
+
+/// Starts the control socket of `fntrace live` if `cfg` asks for it.
+fn start_control(cfg: &Config) {
+    #[cfg(feature = "compiler-hooks")]
     if cfg.control
         && let Err(e) = crate::control::socket::start()
     {
         crate::diag::diag!("fntrace: control socket: {e}");
     }
+    #[cfg(not(feature = "compiler-hooks"))]
+    let _ = cfg;
 }
 
 /// Finishes the active session: the counted arcs (counting mode), the
@@ -296,6 +316,21 @@ fn start_dynamic(cfg: &Config) {
 pub fn finish() -> Option<Summary> {
     crate::sched::stop();
     recorder::finish(false, &|f| count::for_each_arc(f))
+}
+
+/// [`finish`] in two halves: ends the recording in one step (no thread
+/// records after it returns); [`complete`] then writes the rest of the
+/// file. A detaching runtime switches the code off in between.
+#[cfg(feature = "compiler-hooks")]
+pub(crate) fn end() -> Option<recorder::Ended> {
+    crate::sched::stop();
+    recorder::end(false, &|f| count::for_each_arc(f))
+}
+
+/// The second half of [`finish`] (see [`end`]).
+#[cfg(feature = "compiler-hooks")]
+pub(crate) fn complete(e: recorder::Ended) -> Summary {
+    recorder::complete(e)
 }
 
 /// Whether a session is active (after looking at the environment).
