@@ -115,18 +115,19 @@ impl BuildKind {
 /// The workloads, with their arguments for a quick or a full run.
 pub fn all(quick: bool, work: &Path) -> Vec<Workload> {
     let s = |x: &str| vec![x.to_string()];
-    // ripgrep: two threads counting matches of a regex over a generated
-    // tree (see `ripgrep_corpus`); the start-up run searches one file.
+    // ripgrep: two threads printing the matching lines (with their
+    // numbers) of a regex over a generated source-like tree of small files
+    // (see `ripgrep_corpus`); the start-up run searches one file.
     let rg = |files: usize| {
         vec![
             "-j2".to_string(),
-            "-c".to_string(),
+            "-n".to_string(),
             "-i".to_string(),
             RG_PATTERN.to_string(),
             ripgrep_corpus_dir(work, files).display().to_string(),
         ]
     };
-    let rg_files = if quick { 100 } else { 300 };
+    let rg_files = if quick { 4_000 } else { 20_000 };
     let (fib, rows, lines, vm) = if quick {
         ("28", "3000", "2500", "200")
     } else {
@@ -179,13 +180,13 @@ pub fn all(quick: bool, work: &Path) -> Vec<Workload> {
         Workload {
             id: "ripgrep",
             title: format!(
-                "ripgrep {RIPGREP} (crates.io source, all crates instrumented), rg -j2 -c -i over {rg_files} generated files"
+                "ripgrep {RIPGREP} (crates.io source, all crates instrumented), rg -j2 -n -i over a generated tree of {rg_files} files"
             ),
             lang: Lang::Rust,
             real: true,
             args: rg(rg_files),
             empty: rg(1),
-            large: rg(rg_files * 4),
+            large: rg(rg_files * 2),
         },
         Workload {
             id: "regex",
@@ -204,9 +205,12 @@ pub const RIPGREP: &str = "14.1.1";
 /// What the ripgrep workload searches for.
 const RG_PATTERN: &str = r"\b(error|warn\w*)\s+\d+";
 
-/// The generated tree ripgrep searches: `files` files of 400 lines of
-/// words from a fixed list in a fixed pseudo-random order, some lines
-/// with `error N` or `warning N`.
+/// The generated tree ripgrep searches, shaped like a source tree (210
+/// directories, two levels): `files` files of 40 lines of words from a
+/// fixed list in a fixed pseudo-random order, about one line in six with
+/// `error N` or `warning N`. Searching many small files is what ripgrep
+/// spends its calls on (directory walking, ignore rules, per-file set-up,
+/// printing matches): about 340 calls per file.
 fn ripgrep_corpus_dir(work: &Path, files: usize) -> PathBuf {
     work.join(format!("rg-corpus-{files}"))
 }
@@ -230,10 +234,10 @@ pub fn ripgrep_corpus(work: &Path, files: usize) -> Result<(), String> {
         x
     };
     for f in 0..files {
-        let sub = dir.join(format!("d{}", f % 10));
+        let sub = dir.join(format!("d{}", f % 30)).join(format!("e{}", f % 7));
         std::fs::create_dir_all(&sub).map_err(|e| e.to_string())?;
         let mut text = String::new();
-        for _ in 0..400 {
+        for _ in 0..40 {
             for w in 0..8 {
                 if w > 0 {
                     text.push(' ');
