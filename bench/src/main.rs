@@ -40,7 +40,7 @@ pub struct Args {
     /// Repetitions per mode (default 3 with --quick, 7 otherwise).
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Only these workloads (comma-separated: fib-c,fib-rs,vm-c,sqlite,regex).
+    /// Only these workloads (comma-separated: fib-c,fib-rs,vm-c,sqlite,ripgrep,regex).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Results file (default `bench/results/<date>.json`, `<date>-quick.json`
@@ -92,6 +92,8 @@ pub struct Ctx {
     pub cargo_fntrace: PathBuf,
     /// Directory of the fetched `sqlite3.c`.
     pub sqlite_dir: Option<PathBuf>,
+    /// Directory of the fetched ripgrep package.
+    pub ripgrep_dir: Option<PathBuf>,
     /// Peer tools found.
     pub tools: Tools,
 }
@@ -430,7 +432,7 @@ fn real_main(args: Args) -> Result<(), String> {
             .is_ok(),
         xray_rt_dir,
     };
-    let mut ws = workloads::all(args.quick);
+    let mut ws = workloads::all(args.quick, &work);
     if let Some(bad) = args.only.iter().find(|o| !ws.iter().any(|w| w.id == *o)) {
         let ids: Vec<&str> = ws.iter().map(|w| w.id).collect();
         return Err(format!(
@@ -452,6 +454,23 @@ fn real_main(args: Args) -> Result<(), String> {
     } else {
         None
     };
+    let ripgrep_dir = if ws.iter().any(|w| w.id == "ripgrep") {
+        let corpus = ws
+            .iter()
+            .filter(|w| w.id == "ripgrep")
+            .flat_map(|w| [&w.args, &w.empty, &w.large])
+            .filter_map(|a| a.last()?.rsplit("rg-corpus-").next()?.parse().ok())
+            .try_for_each(|n: usize| workloads::ripgrep_corpus(&work, n));
+        match corpus.and_then(|()| workloads::fetch_ripgrep(&work)) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!("compare: ripgrep workload skipped: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let ctx = Ctx {
         fntrace: bin_dir.join("fntrace"),
         preload: bin_dir.join("libfntrace_preload.so"),
@@ -460,6 +479,7 @@ fn real_main(args: Args) -> Result<(), String> {
         work,
         bin_dir,
         sqlite_dir,
+        ripgrep_dir,
         tools,
     };
     for p in [&ctx.fntrace, &ctx.preload, &ctx.cargo_fntrace] {

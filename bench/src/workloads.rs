@@ -21,7 +21,7 @@ pub enum Lang {
 /// One program the suite measures.
 #[derive(Clone, Debug)]
 pub struct Workload {
-    /// Short name (`fib-c`, `fib-rs`, `vm-c`, `sqlite`, `regex`).
+    /// Short name (`fib-c`, `fib-rs`, `vm-c`, `sqlite`, `ripgrep`, `regex`).
     pub id: &'static str,
     /// What it is, for the tables.
     pub title: String,
@@ -113,8 +113,21 @@ impl BuildKind {
 }
 
 /// The workloads, with their arguments for a quick or a full run.
-pub fn all(quick: bool) -> Vec<Workload> {
+pub fn all(quick: bool, work: &Path) -> Vec<Workload> {
     let s = |x: &str| vec![x.to_string()];
+    // ripgrep: two threads printing the matching lines (with their
+    // numbers) of a regex over a generated source-like tree of small files
+    // (see `ripgrep_corpus`); the start-up run searches one file.
+    let rg = |files: usize| {
+        vec![
+            "-j2".to_string(),
+            "-n".to_string(),
+            "-i".to_string(),
+            RG_PATTERN.to_string(),
+            ripgrep_corpus_dir(work, files).display().to_string(),
+        ]
+    };
+    let rg_files = if quick { 4_000 } else { 20_000 };
     let (fib, rows, lines, vm) = if quick {
         ("28", "3000", "2500", "200")
     } else {
@@ -165,6 +178,17 @@ pub fn all(quick: bool) -> Vec<Workload> {
             large: s(rows_large),
         },
         Workload {
+            id: "ripgrep",
+            title: format!(
+                "ripgrep {RIPGREP} (crates.io source, all crates instrumented), rg -j2 -n -i over a generated tree of {rg_files} files"
+            ),
+            lang: Lang::Rust,
+            real: true,
+            args: rg(rg_files),
+            empty: rg(1),
+            large: rg(rg_files * 2),
+        },
+        Workload {
             id: "regex",
             title: format!("regex crate (all crates instrumented), regex-work {lines}"),
             lang: Lang::Rust,
@@ -174,6 +198,103 @@ pub fn all(quick: bool) -> Vec<Workload> {
             large: s(lines_large),
         },
     ]
+}
+
+/// The ripgrep release measured (its crates.io source, fetched once).
+pub const RIPGREP: &str = "14.1.1";
+/// What the ripgrep workload searches for.
+const RG_PATTERN: &str = r"\b(error|warn\w*)\s+\d+";
+
+/// The generated tree ripgrep searches, shaped like a source tree (210
+/// directories, two levels): `files` files of 40 lines of words from a
+/// fixed list in a fixed pseudo-random order, about one line in six with
+/// `error N` or `warning N`. Searching many small files is what ripgrep
+/// spends its calls on (directory walking, ignore rules, per-file set-up,
+/// printing matches): about 340 calls per file.
+fn ripgrep_corpus_dir(work: &Path, files: usize) -> PathBuf {
+    work.join(format!("rg-corpus-{files}"))
+}
+
+/// Writes the tree of [`ripgrep_corpus_dir`] (once).
+pub fn ripgrep_corpus(work: &Path, files: usize) -> Result<(), String> {
+    let dir = ripgrep_corpus_dir(work, files);
+    let done = dir.join(".complete");
+    if done.is_file() {
+        return Ok(());
+    }
+    const WORDS: &[&str] = &[
+        "alpha", "beta", "gamma", "delta", "request", "response", "cache", "queue", "worker",
+        "timeout", "retry", "socket", "buffer", "parser", "token", "index", "merge", "commit",
+    ];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for f in 0..files {
+        let sub = dir.join(format!("d{}", f % 30)).join(format!("e{}", f % 7));
+        std::fs::create_dir_all(&sub).map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        for _ in 0..40 {
+            for w in 0..8 {
+                if w > 0 {
+                    text.push(' ');
+                }
+                let r = next();
+                match r % 97 {
+                    0 => text.push_str(&format!("error {}", r % 1000)),
+                    1 => text.push_str(&format!("warning {}", r % 1000)),
+                    _ => text.push_str(WORDS[(r % WORDS.len() as u64) as usize]),
+                }
+            }
+            text.push('\n');
+        }
+        std::fs::write(sub.join(format!("f{f}.log")), text).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(done, "").map_err(|e| e.to_string())
+}
+
+/// Fetches ripgrep's crates.io source (with `cargo vendor`, once) into
+/// `work` and returns the directory of its package, made a workspace of
+/// its own.
+pub fn fetch_ripgrep(work: &Path) -> Result<PathBuf, String> {
+    let vendor = work.join("ripgrep-src");
+    let dir = vendor.join(format!("ripgrep-{RIPGREP}"));
+    let ready = dir.join(".fntrace-ready");
+    if ready.is_file() {
+        return Ok(dir);
+    }
+    let proj = work.join("ripgrep-fetch");
+    std::fs::create_dir_all(proj.join("src")).map_err(|e| e.to_string())?;
+    std::fs::write(
+        proj.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"ripgrep-fetch\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\nripgrep = \"={RIPGREP}\"\n\n[workspace]\n"
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::write(proj.join("src/main.rs"), "fn main() {}\n").map_err(|e| e.to_string())?;
+    eprintln!("compare: fetching ripgrep {RIPGREP} (cargo vendor)");
+    let mut c = Command::new("cargo");
+    c.current_dir(&proj)
+        .args(["vendor", "--versioned-dirs"])
+        .arg(&vendor);
+    run(c)?;
+    // A workspace of its own (it lies below this repository's), built
+    // against crates.io (not the vendored copies, whose checksums a
+    // changed manifest would not match).
+    let manifest = dir.join("Cargo.toml");
+    let mut m = std::fs::read_to_string(&manifest).map_err(|e| e.to_string())?;
+    if !m.contains("\n[workspace]") {
+        m.push_str("\n[workspace]\n");
+    }
+    std::fs::write(&manifest, m).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(dir.join(".cargo-checksum.json"));
+    std::fs::write(&ready, "").map_err(|e| e.to_string())?;
+    Ok(dir)
 }
 
 /// The libsqlite3-sys release whose bundled amalgamation is measured.
@@ -472,7 +593,8 @@ fn build_rust(ctx: &Ctx, w: &Workload, k: BuildKind) -> Result<PathBuf, String> 
         std::fs::write(out.with_extension("stamp"), st).map_err(|e| e.to_string())?;
         return Ok(out);
     }
-    // The regex workload, through cargo fntrace (flags on every crate).
+    // The regex and ripgrep workloads, through cargo fntrace (flags on
+    // every crate).
     let (mode, mode_dir) = match k {
         BuildKind::Plain => ("never", "never"),
         BuildKind::Pg => ("mcount", "mcount"),
@@ -483,7 +605,15 @@ fn build_rust(ctx: &Ctx, w: &Workload, k: BuildKind) -> Result<PathBuf, String> 
         ),
         _ => return Err(format!("{} not built for Rust", k.name())),
     };
-    let proj = ctx.root.join("bench/workloads/regex_work");
+    let (proj, bin) = match w.id {
+        "ripgrep" => (
+            ctx.ripgrep_dir
+                .clone()
+                .ok_or("the ripgrep source could not be fetched")?,
+            "rg",
+        ),
+        _ => (ctx.root.join("bench/workloads/regex_work"), "regex-work"),
+    };
     let target = ctx.work.join("cargo").join(w.id);
     let mut c = Command::new(&ctx.cargo_fntrace);
     c.current_dir(&proj)
@@ -502,7 +632,8 @@ fn build_rust(ctx: &Ctx, w: &Workload, k: BuildKind) -> Result<PathBuf, String> 
     let out = target
         .join("fntrace")
         .join(mode_dir)
-        .join("release/regex-work");
+        .join("release")
+        .join(bin);
     if out.is_file() {
         Ok(out)
     } else {
