@@ -66,7 +66,25 @@ pub fn inspect(path: &Path) -> Option<Instrumentation> {
     let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
     let obj = object::File::parse(&*data).ok()?;
     let mut ins = Instrumentation::default();
-    for s in obj.symbols().chain(obj.dynamic_symbols()) {
+    // The hooks a dynamically linked program calls are imports, listed in
+    // its dynamic symbol table (small); a linked-in runtime's names are
+    // looked for in the string tables first (one fast substring search),
+    // and only when one is there are the full symbol tables read: a large
+    // program has hundreds of thousands of symbols (about 4 ms).
+    let strings_name_runtime = [".strtab", ".dynstr"].iter().any(|n| {
+        obj.section_by_name(n)
+            .and_then(|s| s.data().ok())
+            .is_some_and(|d| {
+                memchr::memmem::find(d, b"fntrace_exit_trampoline").is_some()
+                    || memchr::memmem::find(d, b"10fntrace_rt").is_some()
+            })
+    });
+    let symtab = obj.symbols().filter(|_| strings_name_runtime);
+    // A static program's symbol table holds its hooks undefined only if
+    // nothing defines them; read it whole then too.
+    let is_static = obj.dynamic_symbols().next().is_none();
+    let symtab_static = obj.symbols().filter(|_| is_static && !strings_name_runtime);
+    for s in symtab.chain(symtab_static).chain(obj.dynamic_symbols()) {
         let Ok(name) = s.name() else { continue };
         match name {
             "mcount" | "_mcount" if s.is_undefined() => ins.mcount = true,

@@ -286,7 +286,10 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             && *may_fix.get_or_insert_with(single_threaded)
         {
             let end = start + size;
-            let starts = calls
+            // Each start once: the listed calls of a `-mrecord-mcount`
+            // build are usually every named function again (two sorted
+            // runs: the stable sort merges them in one pass).
+            let mut starts: Vec<u64> = calls
                 .iter()
                 .map(|&e| {
                     if e >= start + 4 && *read_code(e - 4, 4) == sites::ENDBR64 {
@@ -296,7 +299,10 @@ fn scan_locked(reg: &mut Registry) -> Changed {
                     }
                 })
                 .chain(names.iter().map(|n| n.0))
-                .filter(|&f| f >= start && f + 32 <= end);
+                .filter(|&f| f >= start && f + 32 <= end)
+                .collect();
+            starts.sort();
+            starts.dedup();
             let code = |a: u64, n: usize| {
                 if a >= start && a + n as u64 <= end {
                     read_code(a, n)
@@ -307,6 +313,7 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             let mut have: Vec<u64> = found.iter().map(|s| s.addr).collect();
             have.sort_unstable();
             let mut extra: Vec<Site> = starts
+                .into_iter()
                 .filter_map(|f| {
                     sites::fentry_call(f, &code, &fentry_slots)
                         .or_else(|| sites::mcount_call(f, &code, &mcount_slots))

