@@ -261,9 +261,12 @@ fn scan_locked(reg: &mut Registry) -> Changed {
         crate::diag::step("discover");
         let names = crate::procinfo::module_function_ranges(&path, bias);
         crate::diag::step("symbols");
-        let mut found = vec![];
+        // Sized up front: a large program has 100,000 entries, and growing
+        // a vector by doubling copies it and faults in fresh pages each
+        // time (page faults were half of a large program's start-up).
+        let mut found = Vec::with_capacity(entries.len());
         let mut skipped: Vec<String> = vec![];
-        let mut calls = vec![];
+        let mut calls = Vec::with_capacity(entries.len());
         for e in entries {
             let k = names.partition_point(|n| n.0 < e);
             let next = names.get(k).map(|n| n.0);
@@ -289,18 +292,20 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             // Each start once: the listed calls of a `-mrecord-mcount`
             // build are usually every named function again (two sorted
             // runs: the stable sort merges them in one pass).
-            let mut starts: Vec<u64> = calls
-                .iter()
-                .map(|&e| {
-                    if e >= start + 4 && *read_code(e - 4, 4) == sites::ENDBR64 {
-                        e - 4
-                    } else {
-                        e
-                    }
-                })
-                .chain(names.iter().map(|n| n.0))
-                .filter(|&f| f >= start && f + 32 <= end)
-                .collect();
+            let mut starts: Vec<u64> = Vec::with_capacity(calls.len() + names.len());
+            starts.extend(
+                calls
+                    .iter()
+                    .map(|&e| {
+                        if e >= start + 4 && *read_code(e - 4, 4) == sites::ENDBR64 {
+                            e - 4
+                        } else {
+                            e
+                        }
+                    })
+                    .chain(names.iter().map(|n| n.0))
+                    .filter(|&f| f >= start && f + 32 <= end),
+            );
             starts.sort();
             starts.dedup();
             let code = |a: u64, n: usize| {
@@ -312,14 +317,16 @@ fn scan_locked(reg: &mut Registry) -> Changed {
             };
             let mut have: Vec<u64> = found.iter().map(|s| s.addr).collect();
             have.sort_unstable();
-            let mut extra: Vec<Site> = starts
-                .into_iter()
-                .filter_map(|f| {
-                    sites::fentry_call(f, &code, &fentry_slots)
-                        .or_else(|| sites::mcount_call(f, &code, &mcount_slots))
-                })
-                .filter(|s| have.binary_search(&s.addr).is_err())
-                .collect();
+            let mut extra: Vec<Site> = Vec::with_capacity(starts.len());
+            extra.extend(
+                starts
+                    .into_iter()
+                    .filter_map(|f| {
+                        sites::fentry_call(f, &code, &fentry_slots)
+                            .or_else(|| sites::mcount_call(f, &code, &mcount_slots))
+                    })
+                    .filter(|s| have.binary_search(&s.addr).is_err()),
+            );
             extra.sort_unstable_by_key(|s| s.addr);
             extra.dedup_by_key(|s| s.addr);
             found.extend(extra);
@@ -606,7 +613,8 @@ fn wrappers(o: &Object, what: &str) -> Result<u64, PatchError> {
 /// Switches the sites of `o` whose state differs from `want`.
 fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
     let what = o.path.display().to_string();
-    let todo: Vec<usize> = (0..o.sites.len()).filter(|&k| o.on[k] != want[k]).collect();
+    let mut todo: Vec<usize> = Vec::with_capacity(o.sites.len());
+    todo.extend((0..o.sites.len()).filter(|&k| o.on[k] != want[k]));
     if todo.is_empty() {
         return Ok(Changed::default());
     }
@@ -615,7 +623,7 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
         crate::diag::step("wrappers");
     }
     let wrapper_of = |k: usize| o.wrappers + k as u64 * wrapper::SIZE;
-    let mut ranges = vec![];
+    let mut ranges = Vec::with_capacity(todo.len());
     for &k in &todo {
         let s = o.sites[k];
         match s.layout {
@@ -627,7 +635,7 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
     crate::diag::step("writable");
     // Prefix sites: the prefix first (unreachable while the entry holds
     // its 2-byte NOP), every core serialised, then the 2-byte switches.
-    let mut pokes = vec![];
+    let mut pokes = Vec::with_capacity(todo.len());
     let mut wrote_prefix = false;
     for &k in &todo {
         let s = o.sites[k];

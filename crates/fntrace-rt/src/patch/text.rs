@@ -19,11 +19,13 @@ impl Writable {
     /// Makes the pages covering every `(address, length)` range writable.
     /// `what` names the object for error messages.
     pub fn open(ranges: &[(u64, u64)], what: &str) -> Result<Writable, PatchError> {
-        let mut pages: Vec<(u64, u64)> = ranges
-            .iter()
-            .filter(|r| r.1 > 0)
-            .map(|&(a, n)| (a & !(PAGE - 1), (a + n - 1) & !(PAGE - 1)))
-            .collect();
+        let mut pages: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        pages.extend(
+            ranges
+                .iter()
+                .filter(|r| r.1 > 0)
+                .map(|&(a, n)| (a & !(PAGE - 1), (a + n - 1) & !(PAGE - 1))),
+        );
         pages.sort_unstable();
         let mut runs: Vec<(u64, usize)> = vec![];
         for (first, last) in pages {
