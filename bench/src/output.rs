@@ -657,11 +657,13 @@ pub fn update_docs(path: &Path, r: &Report) -> Result<(), String> {
          `bench/results/{}{}.json`). It builds `examples/workloads/fib.c` and `fib.rs`, \
          a stack VM interpreter in C with well over 10 M calls per second \
          (`bench/workloads/vm.c`), the SQLite amalgamation shipped in the crates.io package libsqlite3-sys driven by \
-         `bench/workloads/sqlite_query.c`, and the `regex` crate on generated log lines \
-         (`bench/workloads/regex_work`, built with `cargo fntrace build --all-crates`) with \
-         every mechanism, and runs fntrace and its peers on the same binaries. The first \
-         run compiles the SQLite amalgamation eight times (about 30 s of CPU each, more \
-         on a busy machine); builds are cached in `target/bench-compare/build`, and the \
+         `bench/workloads/sqlite_query.c`, ripgrep 14 from its crates.io source (fetched \
+         once with `cargo vendor`) searching a generated tree of 20,000 small files with \
+         two threads, and the `regex` crate on generated log lines \
+         (`bench/workloads/regex_work`; both Rust programs built with `cargo fntrace build \
+         --all-crates`) with every mechanism, and runs fntrace and its peers on the same \
+         binaries. The first run compiles the SQLite amalgamation eight times (about 30 s \
+         of CPU each, more on a busy machine) and ripgrep five times; builds are cached in `target/bench-compare/build`, and the \
          run times (`--quick` under 2 minutes, full under 10) are with the cache \
          warm.\n\n{text}\n",
         r.date,
