@@ -256,6 +256,29 @@ pub fn ripgrep_corpus(work: &Path, files: usize) -> Result<(), String> {
     std::fs::write(done, "").map_err(|e| e.to_string())
 }
 
+/// Vendors the crates.io source of one dependency (`dependency`: its line
+/// in `[dependencies]`) and everything it needs into `vendor`
+/// (`cargo vendor --versioned-dirs`), through an empty package `name`
+/// made in `work` for the purpose.
+fn vendor_crate(work: &Path, name: &str, dependency: &str, vendor: &Path) -> Result<(), String> {
+    let proj = work.join(name);
+    std::fs::create_dir_all(proj.join("src")).map_err(|e| e.to_string())?;
+    std::fs::write(
+        proj.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\n{dependency}\n\n[workspace]\n"
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::write(proj.join("src/main.rs"), "fn main() {}\n").map_err(|e| e.to_string())?;
+    let mut c = Command::new("cargo");
+    c.current_dir(&proj)
+        .args(["vendor", "--versioned-dirs"])
+        .arg(vendor);
+    run(c)
+}
+
 /// Fetches ripgrep's crates.io source (with `cargo vendor`, once) into
 /// `work` and returns the directory of its package, made a workspace of
 /// its own.
@@ -266,23 +289,13 @@ pub fn fetch_ripgrep(work: &Path) -> Result<PathBuf, String> {
     if ready.is_file() {
         return Ok(dir);
     }
-    let proj = work.join("ripgrep-fetch");
-    std::fs::create_dir_all(proj.join("src")).map_err(|e| e.to_string())?;
-    std::fs::write(
-        proj.join("Cargo.toml"),
-        format!(
-            "[package]\nname = \"ripgrep-fetch\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
-             [dependencies]\nripgrep = \"={RIPGREP}\"\n\n[workspace]\n"
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    std::fs::write(proj.join("src/main.rs"), "fn main() {}\n").map_err(|e| e.to_string())?;
     eprintln!("compare: fetching ripgrep {RIPGREP} (cargo vendor)");
-    let mut c = Command::new("cargo");
-    c.current_dir(&proj)
-        .args(["vendor", "--versioned-dirs"])
-        .arg(&vendor);
-    run(c)?;
+    vendor_crate(
+        work,
+        "ripgrep-fetch",
+        &format!("ripgrep = \"={RIPGREP}\""),
+        &vendor,
+    )?;
     // A workspace of its own (it lies below this repository's), built
     // against crates.io (not the vendored copies, whose checksums a
     // changed manifest would not match).
@@ -652,23 +665,15 @@ pub fn fetch_sqlite(work: &Path) -> Result<PathBuf, String> {
     if dir.join("sqlite3.c").is_file() {
         return Ok(dir);
     }
-    let proj = work.join("sqlite-fetch");
-    std::fs::create_dir_all(proj.join("src")).map_err(|e| e.to_string())?;
-    std::fs::write(
-        proj.join("Cargo.toml"),
-        format!(
-            "[package]\nname = \"sqlite-fetch\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
-             [dependencies]\nlibsqlite3-sys = {{ version = \"={LIBSQLITE3_SYS}\", features = [\"bundled\"] }}\n\n[workspace]\n"
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    std::fs::write(proj.join("src/main.rs"), "fn main() {}\n").map_err(|e| e.to_string())?;
     eprintln!("compare: fetching libsqlite3-sys {LIBSQLITE3_SYS} (cargo vendor)");
-    let mut c = Command::new("cargo");
-    c.current_dir(&proj)
-        .args(["vendor", "--versioned-dirs"])
-        .arg(&vendor);
-    run(c)?;
+    vendor_crate(
+        work,
+        "sqlite-fetch",
+        &format!(
+            "libsqlite3-sys = {{ version = \"={LIBSQLITE3_SYS}\", features = [\"bundled\"] }}"
+        ),
+        &vendor,
+    )?;
     if dir.join("sqlite3.c").is_file() {
         Ok(dir)
     } else {

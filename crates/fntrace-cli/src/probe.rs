@@ -79,12 +79,11 @@ pub fn inspect(path: &Path) -> Option<Instrumentation> {
                     || memchr::memmem::find(d, b"10fntrace_rt").is_some()
             })
     });
-    let symtab = obj.symbols().filter(|_| strings_name_runtime);
-    // A static program's symbol table holds its hooks undefined only if
-    // nothing defines them; read it whole then too.
-    let is_static = obj.dynamic_symbols().next().is_none();
-    let symtab_static = obj.symbols().filter(|_| is_static && !strings_name_runtime);
-    for s in symtab.chain(symtab_static).chain(obj.dynamic_symbols()) {
+    // A static program has no dynamic symbols: its symbol table is read
+    // whole then too.
+    let read_symtab = strings_name_runtime || obj.dynamic_symbols().next().is_none();
+    let symtab = obj.symbols().filter(|_| read_symtab);
+    for s in symtab.chain(obj.dynamic_symbols()) {
         let Ok(name) = s.name() else { continue };
         match name {
             "mcount" | "_mcount" if s.is_undefined() => ins.mcount = true,
