@@ -51,8 +51,10 @@ fn child_workload() {
     if std::env::var_os("DAMAGE_CHILD").is_none() {
         return;
     }
-    // fib(22) = 17711: 2*28657-1 = 57313 calls, several chunks.
-    assert_eq!(fib(22), 17711);
+    // fib(24) = 46368: 2*75025-1 = 150049 calls, several chunks (at
+    // least four: the tests damage the third; fib(22)'s trace was
+    // sometimes shorter than that, its size depending on the TSC deltas).
+    assert_eq!(fib(24), 46368);
 }
 
 #[test]
@@ -63,7 +65,7 @@ fn cut_at_random_offsets_reads_the_prefix_and_reports_loss() {
     let t = Trace::open(&full).unwrap();
     assert!(t.damage().is_empty());
     let all = calls(&t);
-    assert_eq!(all, 57313);
+    assert_eq!(all, 150049);
     let mut rng = rand::thread_rng();
     let cut_path = dir.path().join("cut.data");
     let mut prev_calls = 0;

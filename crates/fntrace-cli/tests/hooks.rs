@@ -58,13 +58,20 @@ fn run_plain(bin: &Path, args: &[&str]) -> String {
 /// whose name contains "hijack" (the `*-hijack` modes) runs with
 /// `FNTRACE_KEEP_CALLS=1`: its `mcount`/`__fentry__` calls stay calls,
 /// whose exits are seen by return-address hijacking, instead of being
-/// rewritten into patchable sites.
+/// rewritten into patchable sites. One whose name contains "now" runs
+/// with `FNTRACE_CONVERT_AT_START=1`: its `call __fentry__`s are rewritten
+/// before it runs, not on a runtime thread while it runs (where a short
+/// program's calls mostly go through the hooks).
 fn run_traced(dir: &Path, bin: &Path, args: &[&str]) -> String {
-    let hijack = bin
+    let name = bin
         .file_name()
-        .is_some_and(|n| n.to_string_lossy().contains("hijack"));
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let hijack = name.contains("hijack");
+    let now = name.contains("now");
     let out = common::record_cmd(&dir.join("t.data"), &[], bin, args)
         .env("FNTRACE_KEEP_CALLS", if hijack { "1" } else { "" })
+        .env("FNTRACE_CONVERT_AT_START", if now { "1" } else { "" })
         .output()
         .unwrap();
     assert!(
@@ -110,10 +117,18 @@ fn calls(m: &HashMap<String, u64>, f: &str) -> u64 {
 
 /// Every C mechanism: the compiler hooks and the patchable entries fntrace
 /// switches on (the same guarantees hold for both).
-const C_MODES: [(&str, &[&str]); 10] = [
+const C_MODES: [(&str, &[&str]); 12] = [
     ("pg", &["-pg"]),
     ("pg-nopie", &["-pg", "-no-pie", "-fno-pie"]),
     ("fentry", &["-pg", "-mfentry"]),
+    // The `call __fentry__`s rewritten before the program runs (see
+    // `run_traced`), in a PIE (6-byte calls through the GOT) and not (5-byte
+    // calls to the PLT).
+    ("fentry-now", &["-pg", "-mfentry"]),
+    (
+        "fentry-nopie-now",
+        &["-pg", "-mfentry", "-no-pie", "-fno-pie"],
+    ),
     ("cyg", &["-finstrument-functions"]),
     (
         "cyg-nopie",
@@ -172,6 +187,147 @@ fn fib_call_count_for_each_gcc_mechanism() {
             out.status
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout), "6765\n", "{name}");
+    }
+}
+
+/// A large `-pg -mfentry` program starts while its `call __fentry__`s are
+/// still being rewritten on a runtime thread: calls made before go
+/// through the hooks (exits by hijacked returns), calls made after through
+/// the call wrappers, and calls made during the change may trap on a
+/// half-written site. The program recurses from its first instruction
+/// until well after the change, and the trace must hold every call with
+/// its caller and depth as a simulation of the program gives them (in a
+/// PIE, 6-byte calls through the GOT, and not, 5-byte calls to the PLT).
+/// The program also forks at once (`fork` waits for the change to end)
+/// and its child loads a library (which takes the locks the change held)
+/// and records its own calls.
+#[test]
+fn fentry_calls_converted_while_the_program_runs_keep_the_tree() {
+    const FILLER: usize = 30_000;
+    const ROUNDS: u64 = 100;
+    const CHILD_ROUNDS: u64 = 10;
+    let d = tempfile::tempdir().unwrap();
+    let mut src = String::from(
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <dlfcn.h>\n#include <unistd.h>\n#include <sys/wait.h>\n",
+    );
+    for i in 0..FILLER {
+        src += &format!("__attribute__((noinline)) int f{i}(int x) {{ return x + {i}; }}\n");
+    }
+    src += "typedef int (*fp)(int);\nstatic fp volatile tab[2] = { f0, f97 };\n";
+    src += r#"
+__attribute__((noinline)) long fib(int n) { if (n < 2) return tab[n](n) - (n ? 97 : 0); return fib(n - 1) + fib(n - 2); }
+__attribute__((noinline)) long outer(long rounds) { long s = 0; for (long i = 0; i < rounds; i++) s += fib(20); return s; }
+int main(int argc, char **argv) {
+    long rounds = atol(argv[1]), child_rounds = atol(argv[2]);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!dlopen("libm.so.6", RTLD_NOW)) return 3;
+        printf("child %ld\n", outer(child_rounds));
+        fflush(stdout);
+        exit(0);
+    }
+    long s = outer(rounds);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    printf("parent %ld, child status %d\n", s, st);
+    return 0;
+}
+"#;
+    let c = d.path().join("conv.c");
+    std::fs::write(&c, src).unwrap();
+    // Expected calls: fib(20)'s recursion, simulated.
+    fn sim(
+        n: u32,
+        depth: usize,
+        e: &mut HashMap<(String, String), u64>,
+        dep: &mut HashMap<String, std::collections::BTreeSet<usize>>,
+    ) {
+        dep.entry("fib".into()).or_default().insert(depth);
+        if n < 2 {
+            let leaf = if n == 0 { "f0" } else { "f97" };
+            *e.entry(("fib".into(), leaf.into())).or_default() += 1;
+            dep.entry(leaf.into()).or_default().insert(depth + 1);
+            return;
+        }
+        for m in [n - 1, n - 2] {
+            *e.entry(("fib".into(), "fib".into())).or_default() += 1;
+            sim(m, depth + 1, e, dep);
+        }
+    }
+    let mut one = HashMap::new();
+    let mut depths = HashMap::new();
+    // main at depth 0, outer at 1, the outermost fib at 2.
+    sim(20, 2, &mut one, &mut depths);
+    for (name, extra) in [("pie", &[][..]), ("nopie", &["-no-pie", "-fno-pie"][..])] {
+        let bin = d.path().join(format!("conv-{name}"));
+        let mut a = vec!["-O2", "-fno-optimize-sibling-calls", "-pg", "-mfentry"];
+        a.extend(extra);
+        a.extend(["-o", bin.to_str().unwrap(), c.to_str().unwrap(), "-ldl"]);
+        compile("gcc", &a);
+        for p in child_traces(d.path()) {
+            std::fs::remove_file(p).unwrap();
+        }
+        let (r, cr) = (ROUNDS.to_string(), CHILD_ROUNDS.to_string());
+        let out = common::record_cmd(&d.path().join("t.data"), &[], &bin, &[&r, &cr])
+            .env("FNTRACE_STARTUP_STEPS", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {}: {err}", out.status);
+        let plain = run_plain(&bin, &[&r, &cr]);
+        let mut got: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+        let mut want: Vec<&str> = plain.lines().collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{name}");
+        assert!(
+            err.contains("hook calls converted on a runtime thread"),
+            "{name}: the calls were not converted while the program ran: {err}"
+        );
+        // `up`: how many frames above `outer` the trace holds (the child's
+        // trace starts inside `main`, whose frame it does not record).
+        let check = |what: &str, t: &common::CallTree, rounds: u64, up: usize| {
+            assert_eq!(t.incomplete, 0, "{what}");
+            for ((caller, callee), n) in &one {
+                let got = t.edges.get(&(caller.clone(), callee.clone())).copied();
+                assert_eq!(got, Some(n * rounds), "{what}: {caller} -> {callee}");
+            }
+            assert_eq!(
+                t.edges.get(&("outer".into(), "fib".into())).copied(),
+                Some(rounds),
+                "{what}"
+            );
+            let callees: Vec<&(String, String)> = t
+                .edges
+                .keys()
+                .filter(|(p, c)| {
+                    p == "fib" || c == "fib" || c.starts_with('f') && c[1..].parse::<u32>().is_ok()
+                })
+                .collect();
+            assert_eq!(callees.len(), one.len() + 1, "{what}: {:?}", t.edges);
+            for (f, want) in &depths {
+                let got: std::collections::BTreeSet<usize> =
+                    t.depths[f].iter().map(|&(_, d)| d + 1 - up).collect();
+                assert_eq!(&got, want, "{what}: depths of {f}");
+            }
+        };
+        let t = common::call_tree(&d.path().join("t.data"));
+        assert_eq!(
+            t.edges.get(&("".into(), "main".into())).copied(),
+            Some(1),
+            "{name}: {:?}",
+            t.edges
+        );
+        assert_eq!(
+            t.edges.get(&("main".into(), "outer".into())).copied(),
+            Some(1),
+            "{name}"
+        );
+        check(&format!("{name} parent"), &t, ROUNDS, 1);
+        let child = child_traces(d.path());
+        assert_eq!(child.len(), 1, "{name}: {child:?}");
+        let t = common::call_tree(&child[0]);
+        check(&format!("{name} child"), &t, CHILD_ROUNDS, 0);
     }
 }
 

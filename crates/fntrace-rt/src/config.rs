@@ -69,6 +69,10 @@ pub const ENV_CONTROL: &str = "FNTRACE_CONTROL";
 /// (exits by return-address hijacking) instead of rewriting them into
 /// patchable sites with call wrappers.
 pub const ENV_KEEP_CALLS: &str = "FNTRACE_KEEP_CALLS";
+/// `1`: rewrite the `call __fentry__` sites of a program into patchable
+/// sites before it runs (start-up waits for it), instead of on a runtime
+/// thread while the program starts (the hooks record meanwhile).
+pub const ENV_CONVERT_AT_START: &str = "FNTRACE_CONVERT_AT_START";
 /// Record calls from instrumented objects into shared libraries through
 /// their PLT/GOT entries (`fntrace record --libcalls[=REGEX]`): a regex
 /// matched anywhere in the symbol name (`.` for all). Unset or empty: off.
@@ -192,6 +196,9 @@ pub struct Config {
     pub control: bool,
     /// Keep `call mcount`/`call __fentry__` instead of rewriting them.
     pub keep_calls: bool,
+    /// Rewrite `call __fentry__` sites before the program runs, not on a
+    /// runtime thread while it starts.
+    pub convert_at_start: bool,
     /// `--libcalls`: the symbol pattern of library calls to record.
     pub libcalls: Option<String>,
     /// `--sched`: record off-CPU intervals.
@@ -227,6 +234,7 @@ impl Default for Config {
             markers: Vec::new(),
             control: false,
             keep_calls: false,
+            convert_at_start: false,
             libcalls: None,
             sched: false,
             time_filter_ns: 0,
@@ -400,6 +408,7 @@ impl Config {
             (ENV_COUNT, &mut c.count),
             (ENV_CONTROL, &mut c.control),
             (ENV_KEEP_CALLS, &mut c.keep_calls),
+            (ENV_CONVERT_AT_START, &mut c.convert_at_start),
             (ENV_SCHED, &mut c.sched),
         ] {
             if let Some(v) = text(var, &mut invalid) {
@@ -497,6 +506,7 @@ impl Config {
             (ENV_COUNT, self.count),
             (ENV_CONTROL, self.control),
             (ENV_KEEP_CALLS, self.keep_calls),
+            (ENV_CONVERT_AT_START, self.convert_at_start),
             (ENV_SCHED, self.sched),
         ] {
             if on {
@@ -732,6 +742,7 @@ mod tests {
             markers: vec!["^job_".into()],
             control: true,
             keep_calls: true,
+            convert_at_start: true,
             libcalls: Some("^mem|pthread_".into()),
             sched: true,
             time_filter_ns: 10_000,

@@ -58,8 +58,18 @@ static STEPS: Mutex<Option<Vec<(&'static str, u64)>>> = Mutex::new(None);
 
 /// Starts timing steps (forgetting earlier ones).
 pub fn steps_start() {
+    STEPS_WANTED.store(true, std::sync::atomic::Ordering::Relaxed);
     *STEPS.lock().unwrap_or_else(|e| e.into_inner()) =
         Some(vec![("start", crate::clock::monotonic_ns())]);
+}
+
+/// Set once start-up steps were asked for (`FNTRACE_STARTUP_STEPS=1`).
+static STEPS_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether start-up steps were asked for (work done after start-up, on a
+/// runtime thread, reports its time then too).
+pub fn steps_wanted() -> bool {
+    STEPS_WANTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Marks the end of step `name` (nothing unless timing).

@@ -99,7 +99,7 @@ pub(crate) use {restore_gprs, save_gprs};
 /// paths). x87 and AVX upper halves are not touched by the handlers, so
 /// they are not saved.
 macro_rules! saving_trampoline {
-    ([$($pre:expr),*], [$($args:literal),*], [$($post:literal),*], [$($tail:literal),*], $($operands:tt)*) => {
+    ([$($pre:expr),*], [$($args:expr),*], [$($post:literal),*], [$($tail:expr),*], $($operands:tt)*) => {
         core::arch::naked_asm!(
             // An indirect-branch target (PLT jumps, `jmp [rip]` stubs):
             // a landing pad for CET's indirect branch tracking.

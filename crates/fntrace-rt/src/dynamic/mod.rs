@@ -87,6 +87,18 @@ struct Registry {
     default_on: bool,
     /// Sites that could not be used, reported once per object.
     skipped: usize,
+    /// Objects found at start-up whose hook calls [`convert_pending`]
+    /// rewrites on a runtime thread (the hooks record them meanwhile).
+    pending: Vec<Pending>,
+}
+
+/// An object left to [`convert_pending`].
+struct Pending {
+    start: u64,
+    size: u64,
+    bias: u64,
+    path: PathBuf,
+    found: Found,
 }
 
 static REG: Mutex<Registry> = Mutex::new(Registry {
@@ -95,6 +107,7 @@ static REG: Mutex<Registry> = Mutex::new(Registry {
     rules: vec![],
     default_on: false,
     skipped: 0,
+    pending: vec![],
 });
 
 /// Set once the first scan ran (later objects are fresh from `dlopen`).
@@ -144,6 +157,37 @@ static CONVERT_CALLS: AtomicBool = AtomicBool::new(false);
 /// counting mode, unless `FNTRACE_KEEP_CALLS=1`.
 pub fn set_convert_calls(on: bool) {
     CONVERT_CALLS.store(on, Ordering::Release);
+}
+
+/// Whether the first scan leaves objects whose only sites are `call
+/// __fentry__`s to [`convert_pending`] (see [`set_convert_later`]).
+static CONVERT_LATER: AtomicBool = AtomicBool::new(false);
+
+/// Asks the first scan (at start-up, before a second thread runs the
+/// program's code) not to rewrite the `call __fentry__` sites of an object
+/// whose sites are nothing else, but to leave them to [`convert_pending`],
+/// which rewrites each call straight into the jump to its call wrapper
+/// with the breakpoint protocol while the program runs. Until then the
+/// hooks record those calls. This takes the classification, the wrappers
+/// and the code writes of a large program (15 ms for 100,000 functions)
+/// off its start. Objects with one-byte NOP runs, patchable entries or
+/// `call mcount` prologues are rewritten at start as before (moving a
+/// prologue, or a NOP run another thread may be inside, is not safe
+/// while the program runs).
+pub fn set_convert_later(on: bool) {
+    CONVERT_LATER.store(on, Ordering::Release);
+}
+
+/// Whether every listed entry of `f` is a hook call and it calls
+/// `__fentry__` only (what [`convert_pending`] can rewrite while the
+/// program runs).
+fn deferrable(f: &Found) -> bool {
+    f.mcount_slots.is_empty()
+        && !f.fentry_slots.is_empty()
+        && f.entries.iter().all(|&e| {
+            let c = read_code(e, 2);
+            c[0] == 0xe8 || c[..] == [0xff, 0x15]
+        })
 }
 
 /// What [`discover`] finds in one object.
@@ -245,92 +289,35 @@ fn scan_locked(reg: &mut Registry) -> Changed {
                 .iter()
                 .any(|o| o.alive && o.start == start && o.path == path)
             || reg.none.iter().any(|n| n.0 == start && n.1 == path)
+            || reg
+                .pending
+                .iter()
+                .any(|p| p.start == start && p.path == path)
         {
             continue;
         }
-        let Some(Found {
-            entries,
-            policy,
-            fentry_slots,
-            mcount_slots,
-        }) = discover(&path, bias)
-        else {
+        let Some(found) = discover(&path, bias) else {
             reg.none.push((start, path));
             continue;
         };
+        let policy = found.policy.clone();
         crate::diag::step("discover");
-        let names = crate::procinfo::module_function_ranges(&path, bias);
-        crate::diag::step("symbols");
-        // Sized up front: a large program has 100,000 entries, and growing
-        // a vector by doubling copies it and faults in fresh pages each
-        // time (page faults were half of a large program's start-up).
-        let mut found = Vec::with_capacity(entries.len());
-        let mut skipped: Vec<String> = vec![];
-        let mut calls = Vec::with_capacity(entries.len());
-        for e in entries {
-            let k = names.partition_point(|n| n.0 < e);
-            let next = names.get(k).map(|n| n.0);
-            match sites::classify(e, &read_code, next) {
-                Ok(s) if s.fixup.is_some() && !*may_fix.get_or_insert_with(single_threaded) => {
-                    skipped.push(
-                        "one-byte NOPs cannot be rewritten while other threads run".to_string(),
-                    )
-                }
-                Ok(s) => found.push(s),
-                // A real call (`-mrecord-mcount` without `-mnop-mcount`).
-                Err(Skip::Native) => calls.push(e),
-                Err(Skip::Unsupported(why)) => skipped.push(why),
-            }
-        }
-        // `call __fentry__` at function starts (the listed calls and every
-        // named function) and `call mcount` after a prologue (every named
-        // function); the code read stays inside the object.
-        if !(fentry_slots.is_empty() && mcount_slots.is_empty())
+        if !later
+            && CONVERT_LATER.load(Ordering::Acquire)
+            && deferrable(&found)
             && *may_fix.get_or_insert_with(single_threaded)
         {
-            let end = start + size;
-            // Each start once: the listed calls of a `-mrecord-mcount`
-            // build are usually every named function again (two sorted
-            // runs: the stable sort merges them in one pass).
-            let mut starts: Vec<u64> = Vec::with_capacity(calls.len() + names.len());
-            starts.extend(
-                calls
-                    .iter()
-                    .map(|&e| {
-                        if e >= start + 4 && *read_code(e - 4, 4) == sites::ENDBR64 {
-                            e - 4
-                        } else {
-                            e
-                        }
-                    })
-                    .chain(names.iter().map(|n| n.0))
-                    .filter(|&f| f >= start && f + 32 <= end),
-            );
-            starts.sort();
-            starts.dedup();
-            let code = |a: u64, n: usize| {
-                if a >= start && a + n as u64 <= end {
-                    read_code(a, n)
-                } else {
-                    std::borrow::Cow::Borrowed(&[][..])
-                }
-            };
-            let mut have: Vec<u64> = found.iter().map(|s| s.addr).collect();
-            have.sort_unstable();
-            let mut extra: Vec<Site> = Vec::with_capacity(starts.len());
-            extra.extend(
-                starts
-                    .into_iter()
-                    .filter_map(|f| {
-                        sites::fentry_call(f, &code, &fentry_slots)
-                            .or_else(|| sites::mcount_call(f, &code, &mcount_slots))
-                    })
-                    .filter(|s| have.binary_search(&s.addr).is_err()),
-            );
-            extra.sort_unstable_by_key(|s| s.addr);
-            extra.dedup_by_key(|s| s.addr);
-            found.extend(extra);
+            reg.pending.push(Pending {
+                start,
+                size,
+                bias,
+                path,
+                found,
+            });
+            continue;
         }
+        let mut skipped: Vec<String> = vec![];
+        let found = find_sites(start, size, bias, &path, found, &mut may_fix, &mut skipped);
         if !skipped.is_empty() {
             crate::diag::diag!(
                 "fntrace: {}: {} patchable sites not used ({})",
@@ -407,6 +394,96 @@ fn scan_locked(reg: &mut Registry) -> Changed {
         total.off += c.off;
     }
     total
+}
+
+/// Classifies the sites of one object: its listed entries and, where
+/// `may_fix` allows rewriting (one thread, or an object just loaded; the
+/// first caller that needs to know decides), its `call __fentry__` and
+/// `call mcount` prologues. Reasons for sites not used go to `skipped`.
+fn find_sites(
+    start: u64,
+    size: u64,
+    bias: u64,
+    path: &std::path::Path,
+    found: Found,
+    may_fix: &mut Option<bool>,
+    skipped: &mut Vec<String>,
+) -> Vec<Site> {
+    let Found {
+        entries,
+        fentry_slots,
+        mcount_slots,
+        ..
+    } = found;
+    let names = crate::procinfo::module_function_ranges(path, bias);
+    crate::diag::step("symbols");
+    // Sized up front: a large program has 100,000 entries, and growing
+    // a vector by doubling copies it and faults in fresh pages each
+    // time (page faults were half of a large program's start-up).
+    let mut found = Vec::with_capacity(entries.len());
+    let mut calls = Vec::with_capacity(entries.len());
+    for e in entries {
+        let k = names.partition_point(|n| n.0 < e);
+        let next = names.get(k).map(|n| n.0);
+        match sites::classify(e, &read_code, next) {
+            Ok(s) if s.fixup.is_some() && !*may_fix.get_or_insert_with(single_threaded) => skipped
+                .push("one-byte NOPs cannot be rewritten while other threads run".to_string()),
+            Ok(s) => found.push(s),
+            // A real call (`-mrecord-mcount` without `-mnop-mcount`).
+            Err(Skip::Native) => calls.push(e),
+            Err(Skip::Unsupported(why)) => skipped.push(why),
+        }
+    }
+    // `call __fentry__` at function starts (the listed calls and every
+    // named function) and `call mcount` after a prologue (every named
+    // function); the code read stays inside the object.
+    if !(fentry_slots.is_empty() && mcount_slots.is_empty())
+        && *may_fix.get_or_insert_with(single_threaded)
+    {
+        let end = start + size;
+        // Each start once: the listed calls of a `-mrecord-mcount`
+        // build are usually every named function again (two sorted
+        // runs: the stable sort merges them in one pass).
+        let mut starts: Vec<u64> = Vec::with_capacity(calls.len() + names.len());
+        starts.extend(
+            calls
+                .iter()
+                .map(|&e| {
+                    if e >= start + 4 && *read_code(e - 4, 4) == sites::ENDBR64 {
+                        e - 4
+                    } else {
+                        e
+                    }
+                })
+                .chain(names.iter().map(|n| n.0))
+                .filter(|&f| f >= start && f + 32 <= end),
+        );
+        starts.sort();
+        starts.dedup();
+        let code = |a: u64, n: usize| {
+            if a >= start && a + n as u64 <= end {
+                read_code(a, n)
+            } else {
+                std::borrow::Cow::Borrowed(&[][..])
+            }
+        };
+        let mut have: Vec<u64> = found.iter().map(|s| s.addr).collect();
+        have.sort_unstable();
+        let mut extra: Vec<Site> = Vec::with_capacity(starts.len());
+        extra.extend(
+            starts
+                .into_iter()
+                .filter_map(|f| {
+                    sites::fentry_call(f, &code, &fentry_slots)
+                        .or_else(|| sites::mcount_call(f, &code, &mcount_slots))
+                })
+                .filter(|s| have.binary_search(&s.addr).is_err()),
+        );
+        extra.sort_unstable_by_key(|s| s.addr);
+        extra.dedup_by_key(|s| s.addr);
+        found.extend(extra);
+    }
+    found
 }
 
 /// Rewrites one-byte NOP runs and compiler hook calls into switchable
@@ -575,10 +652,14 @@ fn apply(reg: &mut Registry, i: usize) -> Changed {
 }
 
 /// Where the body of site `k` of `o` continues after the site (for a
-/// moved prologue: the stub that runs it).
+/// moved prologue: the stub that runs it). A rewritten 6-byte call
+/// continues after its 6 bytes: at start-up its last byte became a NOP,
+/// but one converted while the program runs may still hold the old byte
+/// there while a thread that trapped on the site goes through the wrapper.
 fn body(o: &Object, k: usize) -> u64 {
     let s = &o.sites[k];
     match s.layout {
+        Layout::Nop5 { .. } if s.fixup == Some(Fixup::Call6) => s.addr + 6,
         Layout::Nop5 { .. } => s.addr + 5,
         Layout::Prefix => s.addr + 2,
         Layout::Moved { .. } => o.moved[k],
@@ -709,6 +790,188 @@ pub fn start(trace: &[String], notrace: &[String]) -> Result<Changed, PatchError
     reg.default_on = trace.is_empty();
     reg.rules = rules;
     Ok(rescan_and_apply(&mut reg))
+}
+
+/// Whether objects wait for [`convert_pending`].
+pub fn has_pending() -> bool {
+    !REG.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pending
+        .is_empty()
+}
+
+/// Rewrites the `call __fentry__` sites of the objects the first scan
+/// left pending ([`set_convert_later`]) while the program runs: each call
+/// becomes the jump to its call wrapper (a 6-byte call, the jump and a
+/// one-byte NOP) if the rules select it, a NOP otherwise, with the
+/// breakpoint protocol. A thread that traps on a site while it changes
+/// resumes in its wrapper (the new state) or after the call (for a site
+/// switched off: neither state records). A call made through the hook
+/// before its site changed is recorded by the hooks, its exit by the
+/// hijacked return, which still works after the change. Holds the code
+/// lock and the registry throughout, and `fork` waits for it (see
+/// [`fork_gate`]), so that a child never inherits either lock held.
+pub fn convert_pending() -> Changed {
+    let _gate = fork_gate::Held::take();
+    let _code = patch::lock();
+    let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+    let mut total = Changed::default();
+    for p in std::mem::take(&mut reg.pending) {
+        match convert_object(&mut reg, p) {
+            Ok(c) => {
+                total.on += c.on;
+                total.off += c.off;
+            }
+            Err(e) => crate::diag::diag!("fntrace: {e}"),
+        }
+    }
+    total
+}
+
+/// [`convert_pending`] for one object.
+fn convert_object(reg: &mut Registry, p: Pending) -> Result<Changed, PatchError> {
+    let Pending {
+        start,
+        size,
+        bias,
+        path,
+        found,
+    } = p;
+    let what = path.display().to_string();
+    let policy = found.policy.clone();
+    let mut skipped = vec![];
+    let mut sites = find_sites(
+        start,
+        size,
+        bias,
+        &path,
+        found,
+        &mut Some(true),
+        &mut skipped,
+    );
+    // Only rewritten hook calls (a deferred object has no other sites).
+    sites.retain(|s| matches!(s.fixup, Some(Fixup::Call5 | Fixup::Call6)));
+    let n = sites.len();
+    let mut o = Object {
+        path,
+        start,
+        size,
+        sites,
+        on: vec![false; n],
+        prefixed: vec![false; n],
+        nop: vec![int3::NOP5; n],
+        moved: vec![0; n],
+        wrappers: 0,
+        bias,
+        names: std::sync::OnceLock::new(),
+        demangled: std::sync::OnceLock::new(),
+        policy,
+        alive: true,
+    };
+    if n == 0 {
+        reg.none.push((o.start, o.path));
+        return Ok(Changed::default());
+    }
+    let want: Vec<bool> = o.sites.iter().map(|s| wanted(reg, &o, s)).collect();
+    o.wrappers = wrappers(&o, &what)?;
+    let len = |s: &Site| {
+        if s.fixup == Some(Fixup::Call6) {
+            6usize
+        } else {
+            5
+        }
+    };
+    let resume: Vec<(u64, u64)> = o
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let to = if want[k] {
+                o.wrappers + k as u64 * wrapper::SIZE
+            } else {
+                s.addr + len(s) as u64
+            };
+            (s.addr, to)
+        })
+        .collect();
+    if !int3::register(o.sites.iter().map(|s| s.addr).collect()) || !int3::register_resume(resume) {
+        reg.skipped += n;
+        return Err(PatchError::Code(format!(
+            "{what}: {n} patchable sites not used (too many objects with 5-byte sites for the \
+             breakpoint handler's table); the hooks record its calls"
+        )));
+    }
+    let ranges: Vec<(u64, u64)> = o.sites.iter().map(|s| (s.addr, len(s) as u64)).collect();
+    let w = text::Writable::open(&ranges, &what)?;
+    let mut pokes = Vec::with_capacity(n);
+    pokes.extend(o.sites.iter().enumerate().map(|(k, s)| {
+        let mut b = [0x90u8; 6];
+        b[..5].copy_from_slice(&if want[k] {
+            sites::jmp5(s.addr, o.wrappers + k as u64 * wrapper::SIZE)
+        } else {
+            int3::NOP5
+        });
+        (s.addr, b, len(s))
+    }));
+    int3::poke(&w, &pokes);
+    drop(w);
+    let mut c = Changed::default();
+    for (k, &on) in want.iter().enumerate() {
+        o.on[k] = on;
+        if on {
+            c.on += 1;
+        }
+    }
+    reg.objects.push(o);
+    Ok(c)
+}
+
+/// Makes `fork` wait while [`convert_pending`] runs: a child forked in
+/// the middle would inherit the code lock and the registry held by a
+/// thread it does not have (its later `dlopen` or `fntrace live` request
+/// would wait for ever), and sites holding `int3`s.
+mod fork_gate {
+    use std::cell::UnsafeCell;
+
+    struct Gate(UnsafeCell<libc::pthread_mutex_t>);
+    // SAFETY: the mutex is only used through the pthread functions, which
+    // synchronise.
+    unsafe impl Sync for Gate {}
+
+    static GATE: Gate = Gate(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER));
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+
+    extern "C" fn lock() {
+        // SAFETY: a static, initialised mutex.
+        unsafe { libc::pthread_mutex_lock(GATE.0.get()) };
+    }
+
+    extern "C" fn unlock() {
+        // SAFETY: the forking thread locked it in `lock` (in the child it
+        // is the same thread).
+        unsafe { libc::pthread_mutex_unlock(GATE.0.get()) };
+    }
+
+    /// The gate, held while alive.
+    pub(super) struct Held;
+
+    impl Held {
+        /// Installs the `fork` handlers once and takes the gate.
+        pub(super) fn take() -> Held {
+            INSTALL.call_once(|| {
+                // SAFETY: handlers that only lock and unlock a static mutex.
+                unsafe { libc::pthread_atfork(Some(lock), Some(unlock), Some(unlock)) };
+            });
+            lock();
+            Held
+        }
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            unlock();
+        }
+    }
 }
 
 /// Picks up objects loaded since the last scan, then brings every object's

@@ -46,7 +46,7 @@ unsafe extern "C" fn fentry_entry(func: u64, slot: *mut u64, regs: *const u64) {
 /// arguments with `$args` (rbp points at the saved rbp, `[rbp + 8]` is our
 /// return address), call `$entry`, restore, return.
 macro_rules! entry_trampoline {
-    ($entry:ident, $fast_func:expr, $fast_slot:expr, [$($count_args:literal),+], $($args:literal),+) => {
+    ($entry:ident, $fast_func:expr, $fast_slot:expr, [$($count_args:expr),+], $($args:expr),+) => {
         saving_trampoline!(
             [
                 "cmp dword ptr [rip + {word}], 0",
@@ -172,6 +172,40 @@ pub unsafe extern "C" fn _mcount() {
     core::arch::naked_asm!("endbr64", "jmp {m}", m = sym mcount)
 }
 
+/// Turns the return address of a `call __fentry__` in register `$r` into
+/// the start of the calling function, the same address a converted site's
+/// call wrapper records (so that calls made through the hook and through
+/// the wrapper have one key): back over the call, 5 bytes (`e8 rel32`, to
+/// the PLT) or 6 (`ff 15 disp32`, through the GOT: its second byte is not
+/// `e8`), then over an `endbr64` before it. Reads the code just executed
+/// and the 4 bytes before it (inside the object's text or its headers);
+/// clobbers the flags only.
+macro_rules! fentry_start {
+    ($r:literal) => {
+        concat!(
+            "sub ",
+            $r,
+            ", 5\n",
+            "cmp byte ptr [",
+            $r,
+            "], 0xe8\n",
+            "je 63f\n",
+            "dec ",
+            $r,
+            "\n",
+            "63:\n",
+            "cmp dword ptr [",
+            $r,
+            " - 4], 0xfa1e0ff3\n",
+            "jne 64f\n",
+            "sub ",
+            $r,
+            ", 4\n",
+            "64:\n",
+        )
+    };
+}
+
 /// `__fentry__`, called by `gcc -pg -mfentry` code as the first
 /// instruction of every function.
 ///
@@ -181,17 +215,21 @@ pub unsafe extern "C" fn _mcount() {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __fentry__() {
-    // func: our return address minus the 5-byte call; slot: the word above
-    // our return address.
+    // func: the start of the function whose call returns to our return
+    // address (`fentry_start!`); slot: the word above our return address.
     entry_trampoline!(
         fentry_entry,
-        // Fast path (7 registers pushed): our return address minus the
-        // call, and the slot above it.
-        "mov r8, qword ptr [rsp + 56]\nsub r8, 5\n",
+        // Fast path (7 registers pushed): the function from our return
+        // address, and the slot above it.
+        concat!("mov r8, qword ptr [rsp + 56]\n", fentry_start!("r8")),
         "lea r9, [rsp + 64]\n",
-        ["mov rdx, [rsp + 40]", "mov rcx, [rsp + 32]", "sub rcx, 5"],
+        [
+            "mov rdx, [rsp + 40]",
+            "mov rcx, [rsp + 32]",
+            fentry_start!("rcx")
+        ],
         "mov rdi, [rbp + 8]",
-        "sub rdi, 5",
+        fentry_start!("rdi"),
         "lea rsi, [rbp + 16]",
         "mov rdx, rsp"
     )

@@ -15,11 +15,13 @@
 //! NOP does; once the site is complete (the trap was delivered after the
 //! last write) it re-executes the site. This is correct because every user
 //! of this module toggles a site between a 5-byte NOP and something else
-//! (`call`, `jmp`): skipping the site is one of the two states. The one
-//! exception, sites registered with [`register_resume`], toggle between
-//! two jumps; a trap there continues at the target of the one that does
-//! not record. Traps at other addresses go to the handler the program had
-//! installed before.
+//! (`call`, `jmp`): skipping the site is one of the two states. The
+//! exceptions, sites registered with [`register_resume`], change between
+//! two states that are not NOPs (two jumps; a `call __fentry__` and the
+//! jump to its call wrapper; a 6-byte call and a NOP); a trap there
+//! continues at the registered address, which does what one of the two
+//! states does. Traps at other addresses go to the handler the program
+//! had installed before.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
@@ -62,9 +64,10 @@ static RESUME: [AtomicPtr<Vec<(u64, u64)>>; TABLES] =
     [const { AtomicPtr::new(core::ptr::null_mut()) }; TABLES];
 static NRESUME: AtomicUsize = AtomicUsize::new(0);
 
-/// Registers 5-byte sites whose two states are both jumps: a thread that
-/// traps on one while it changes resumes at its `resume` address (the
-/// state that does not record) instead of skipping 5 bytes. Returns false
+/// Registers sites whose two states are not both covered by skipping 5
+/// bytes (two jumps, a hook call and a jump, a 6-byte call): a thread
+/// that traps on one while it changes resumes at its `resume` address
+/// (where one of the two states goes) instead of skipping 5 bytes. Returns false
 /// when the registry is full (then the sites must not be patched live).
 pub fn register_resume(mut items: Vec<(u64, u64)>) -> bool {
     if items.is_empty() {
@@ -287,19 +290,37 @@ pub const BATCH: usize = 128;
 /// its pass (for a time slice of the program's busy threads) left every
 /// call of every thread trapping for that long.
 pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
+    let mut v = Vec::with_capacity(items.len());
+    v.extend(items.iter().map(|&(a, b)| {
+        let mut n = [0u8; 6];
+        n[..5].copy_from_slice(&b);
+        (a, n, 5)
+    }));
+    poke(w, &v);
+}
+
+/// [`poke5`] for sites of 5 or 6 bytes (`(address, new bytes, length)`):
+/// a 6-byte `call *disp(%rip)` becomes a 5-byte jump or NOP and a
+/// one-byte NOP, its last byte written with the others while the site
+/// holds its `int3`. A thread that traps on a 6-byte site must resume at
+/// a registered [`register_resume`] address (skipping 5 bytes would land
+/// inside the old call).
+pub fn poke(w: &Writable, items: &[(u64, [u8; 6], usize)]) {
     // One change per site (the last one asked for): a site in two batches
     // would lose its `int3` while its tail changes.
-    let mut todo: Vec<(u64, [u8; 5])> = items.iter().rev().copied().collect();
+    let mut todo: Vec<(u64, [u8; 6], usize)> = items.iter().rev().copied().collect();
     todo.sort_by_key(|i| i.0);
     todo.dedup_by_key(|i| i.0);
-    // SAFETY: registered sites are inside mapped code.
-    todo.retain(|&(a, new)| unsafe { text::read::<5>(a) } != new);
+    todo.retain(|&(a, new, n)| {
+        // SAFETY: registered sites are inside mapped code (`n` bytes each).
+        (0..n).any(|i| unsafe { core::ptr::read_volatile((a + i as u64) as *const u8) } != new[i])
+    });
     if todo.is_empty() {
         return;
     }
     debug_assert!(
         todo.iter()
-            .all(|&(a, _)| is_site(a) || resume_of(a).is_some())
+            .all(|&(a, _, n)| (n == 5 && is_site(a)) || resume_of(a).is_some())
     );
     install();
     // Registering for the membarrier (the first use, unless done early)
@@ -310,30 +331,30 @@ pub fn poke5(w: &Writable, items: &[(u64, [u8; 5])]) {
     let page = w.runs().first().map_or(0, |r| r.0);
     // SAFETY: gettid cannot fail.
     PATCHER.store(unsafe { libc::gettid() }, Ordering::Release);
-    let batches: Vec<&[(u64, [u8; 5])]> = todo.chunks(BATCH).collect();
+    let batches: Vec<&[(u64, [u8; 6], usize)]> = todo.chunks(BATCH).collect();
     let n = batches.len();
     // The sites are registered and inside pages `w` made writable; a
     // thread reaching a site sees the old instruction, the new one, or the
     // `int3`, whose trap the handler resolves.
     for k in 0..n + 2 {
         if let Some(b) = k.checked_sub(2).and_then(|i| batches.get(i)) {
-            for &(a, new) in b.iter() {
-                // SAFETY: bytes 1–4 are final on every core (a
+            for &(a, new, _) in b.iter() {
+                // SAFETY: bytes 1–4 (1–5) are final on every core (a
                 // serialisation followed their write); one byte replaces
                 // the `cc`.
                 unsafe { text::write_bytes(a, &new[..1]) };
             }
         }
         if let Some(b) = k.checked_sub(1).and_then(|i| batches.get(i)) {
-            for &(a, new) in b.iter() {
+            for &(a, new, n) in b.iter() {
                 // SAFETY: every core has seen the `cc` (a serialisation
-                // followed its write), so no thread decodes bytes 1–4 of
-                // the site while they change.
-                unsafe { text::write_bytes(a + 1, &new[1..]) };
+                // followed its write), so no thread decodes the rest of
+                // the site while it changes.
+                unsafe { text::write_bytes(a + 1, &new[1..n]) };
             }
         }
         if let Some(b) = batches.get(k) {
-            for &(a, _) in b.iter() {
+            for &(a, _, _) in b.iter() {
                 // SAFETY: one byte, the `int3`, over the first byte of the
                 // site.
                 unsafe { text::write_bytes(a, &[0xcc]) };

@@ -242,11 +242,11 @@ fn apply_policy(cfg: &Config) {
     // that stay calls: with `-F`/`-N` (classified anyway) or
     // `FNTRACE_KEEP_CALLS` (then the classification is turned on for
     // them); converted calls are switched by the dynamic runtime.
-    filter::use_policy(
-        cfg!(feature = "compiler-hooks") && !cfg.count,
-        cfg.keep_calls,
-    );
-    if cfg!(feature = "compiler-hooks") && !cfg.count && cfg.keep_calls {
+    // Calls left to the hooks until a runtime thread converts them need
+    // the policies too.
+    let alone = cfg.keep_calls || converts_later(cfg);
+    filter::use_policy(cfg!(feature = "compiler-hooks") && !cfg.count, alone);
+    if cfg!(feature = "compiler-hooks") && !cfg.count && alone {
         filter::scan_new_modules();
     }
     if !cfg.filter.is_empty() || !cfg.notrace.is_empty() {
@@ -286,6 +286,7 @@ fn start_dynamic(cfg: &Config) {
     // for their semantics, counting mode wants its own fast path, or
     // `FNTRACE_KEEP_CALLS=1`.
     crate::dynamic::set_convert_calls(cfg.converts_calls());
+    crate::dynamic::set_convert_later(converts_later(cfg));
     match crate::dynamic::start(&trace, &cfg.notrace) {
         Ok(_) => {
             if crate::dynamic::site_counts().0 > 0 {
@@ -295,6 +296,67 @@ fn start_dynamic(cfg: &Config) {
         Err(e) => crate::diag::diag!("fntrace: {e}"),
     }
     crate::diag::step("sites");
+    if converts_later(cfg) {
+        if crate::dynamic::has_pending() {
+            spawn_converter(cfg.count);
+        } else {
+            end_policy_alone(cfg.count);
+        }
+    }
+}
+
+/// Whether start-up leaves the `call __fentry__` sites of objects that
+/// have nothing else to a runtime thread (the hooks record meanwhile):
+/// whenever they are converted at all, unless `FNTRACE_CONVERT_AT_START`.
+fn converts_later(cfg: &Config) -> bool {
+    cfg!(feature = "compiler-hooks") && cfg.converts_calls() && !cfg.convert_at_start
+}
+
+/// The hooks no longer need the policies on their own (every hook call
+/// that could be converted is): back to the state of a start that
+/// converted them at once.
+#[cfg(feature = "compiler-hooks")]
+fn end_policy_alone(count: bool) {
+    filter::use_policy(!count, false);
+    let _ = filter::set_filters(&[], &[]);
+}
+
+/// Starts the runtime thread that converts the pending `call __fentry__`
+/// sites ([`crate::dynamic::convert_pending`]); converts them on the
+/// calling thread if no thread can be made.
+#[cfg(feature = "compiler-hooks")]
+fn spawn_converter(count: bool) {
+    let convert = move || {
+        let t0 = crate::clock::monotonic_ns();
+        let c = crate::dynamic::convert_pending();
+        end_policy_alone(count);
+        if crate::diag::steps_wanted() {
+            crate::diag::diag!(
+                "fntrace: {} hook calls converted on a runtime thread in {:.2} ms",
+                c.on + c.off,
+                (crate::clock::monotonic_ns() - t0) as f64 / 1e6
+            );
+        }
+    };
+    // The core-serialising membarrier the thread's code changes need:
+    // registering takes microseconds while the process has one thread,
+    // and waits for an RCU grace period (12–15 ms here) once it has two.
+    crate::patch::sync::available();
+    // Registered as the runtime's own (like the recorder's helper): it
+    // never runs the program's code.
+    crate::procinfo::expect_runtime_thread();
+    let r = std::thread::Builder::new()
+        .name("fntrace-convert".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            crate::procinfo::register_runtime_thread();
+            recorder::guarded(convert);
+            crate::procinfo::unregister_runtime_thread();
+        });
+    if r.is_err() {
+        crate::procinfo::runtime_thread_failed();
+        convert();
+    }
 }
 
 /// Starts the control socket of `fntrace live` if `cfg` asks for it.
