@@ -32,6 +32,10 @@ pub struct Machine {
     pub rustc: String,
     /// `uftrace --version`.
     pub uftrace: String,
+    /// What two `rdtsc` in a row cost here, ns (best of 5 loops of 10 M,
+    /// measured at the start of the run): the floor of a timed call,
+    /// which reads the clock at its entry and at its exit.
+    pub two_rdtsc_ns: f64,
 }
 
 /// The whole result file.
@@ -114,7 +118,29 @@ pub fn machine(_ctx: &Ctx) -> Machine {
         clang: crate::first_line("clang-14", &["--version"]),
         rustc: crate::first_line("rustc", &["--version"]),
         uftrace: crate::first_line("uftrace", &["--version"]),
+        two_rdtsc_ns: two_rdtsc_ns(),
     }
+}
+
+/// Two `rdtsc` per iteration, best of 5 loops of 10 M (see
+/// [`Machine::two_rdtsc_ns`]).
+fn two_rdtsc_ns() -> f64 {
+    const N: u32 = 10_000_000;
+    (0..5)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            let mut acc = 0u64;
+            for _ in 0..N {
+                // SAFETY: `rdtsc` has no preconditions on x86_64.
+                unsafe {
+                    acc = acc.wrapping_add(core::arch::x86_64::_rdtsc());
+                    acc = acc.wrapping_add(core::arch::x86_64::_rdtsc());
+                }
+            }
+            std::hint::black_box(acc);
+            t.elapsed().as_secs_f64() * 1e9 / f64::from(N)
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 fn min(v: &[f64]) -> f64 {
@@ -625,6 +651,30 @@ pub fn render(r: &Report, every_check: bool) -> String {
     }
     let pass = r.targets.iter().filter(|t| t.pass).count();
     let _ = writeln!(s, "\n{pass} of {} target checks pass.", r.targets.len());
+    // What "4x less than uftrace" asks of a timed call, against the cost
+    // of the two clock reads every timed call makes.
+    let floor = r.machine.two_rdtsc_ns;
+    let _ = writeln!(
+        s,
+        "\nThe floor of a timed call on this machine, measured in this run: two `rdtsc` \
+         cost {floor:.1} ns. \"≥ 4× less than uftrace\" asks for at most a quarter of \
+         uftrace's added ns/call:\n\n| workload | uftrace added ns/call | ÷ 4 | two `rdtsc` | \
+         reachable with two clock reads |\n|---|---:|---:|---:|---|"
+    );
+    for wr in &r.workloads {
+        if let Some(u) = find(wr, "uftrace")
+            .and_then(|m| m.metrics)
+            .and_then(|m| m.added_ns_per_call)
+        {
+            let _ = writeln!(
+                s,
+                "| {} | {u:.1} | {:.1} | {floor:.1} | {} |",
+                wr.id,
+                u / 4.0,
+                if u / 4.0 > floor { "yes" } else { "no" }
+            );
+        }
+    }
     if !every_check {
         return s;
     }

@@ -382,47 +382,49 @@ pub fn start() -> Result<(), SchedError> {
         intervals: 0,
     };
     let s2 = stop.clone();
-    let helper = std::thread::Builder::new()
-        .name("fntrace-sched".into())
-        .spawn(move || {
-            c.helper_tid
-                .store(u64::from(crate::procinfo::gettid()), Ordering::Relaxed);
-            let mut fds: Vec<libc::pollfd> = c
-                .rings
-                .iter()
-                .map(|r| libc::pollfd {
-                    fd: r.fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                })
-                .collect();
-            while !s2.load(Ordering::Acquire) {
-                // SAFETY: a valid array of pollfd.
-                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
-                // A descriptor the program closed (its ring is still
-                // mapped and drained) would make every poll return at
-                // once: leave it out, and stop listening to any number
-                // that is no longer ours.
-                for (p, r) in fds.iter_mut().zip(&c.rings) {
-                    if p.fd >= 0
-                        && p.revents != 0
-                        && (p.revents & libc::POLLNVAL != 0
-                            || crate::ownfd::identity_of(p.fd) != r.id)
-                    {
-                        p.fd = -1;
+    let helper = crate::procinfo::spawn_with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("fntrace-sched".into())
+            .spawn(move || {
+                c.helper_tid
+                    .store(u64::from(crate::procinfo::gettid()), Ordering::Relaxed);
+                let mut fds: Vec<libc::pollfd> = c
+                    .rings
+                    .iter()
+                    .map(|r| libc::pollfd {
+                        fd: r.fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    })
+                    .collect();
+                while !s2.load(Ordering::Acquire) {
+                    // SAFETY: a valid array of pollfd.
+                    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
+                    // A descriptor the program closed (its ring is still
+                    // mapped and drained) would make every poll return at
+                    // once: leave it out, and stop listening to any number
+                    // that is no longer ours.
+                    for (p, r) in fds.iter_mut().zip(&c.rings) {
+                        if p.fd >= 0
+                            && p.revents != 0
+                            && (p.revents & libc::POLLNVAL != 0
+                                || crate::ownfd::identity_of(p.fd) != r.id)
+                        {
+                            p.fd = -1;
+                        }
                     }
+                    if fds.iter().all(|p| p.fd < 0) {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    c.drain(false);
                 }
-                if fds.iter().all(|p| p.fd < 0) {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                c.drain(false);
-            }
-            c
-        })
-        .map_err(|e| SchedError {
-            source: e,
-            hint: " (cannot start its thread)".into(),
-        })?;
+                c
+            })
+    })
+    .map_err(|e| SchedError {
+        source: e,
+        hint: " (cannot start its thread)".into(),
+    })?;
     *g = Some(Running { stop, helper });
     Ok(())
 }

@@ -150,12 +150,12 @@ type ListenSlot = Option<(Option<PathBuf>, i32, Option<FdId>)>;
 pub fn start() -> std::io::Result<PathBuf> {
     let (l, path, id) = bind()?;
     *LISTENING.lock().unwrap_or_else(|e| e.into_inner()) = publish(&l, &path, id);
-    std::thread::Builder::new()
-        .name("fntrace-ctl".into())
-        .spawn(move || serve(l, id))
-        .map_err(|e| {
-            std::io::Error::new(e.kind(), format!("cannot start the control thread: {e}"))
-        })?;
+    crate::procinfo::spawn_with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("fntrace-ctl".into())
+            .spawn(move || serve(l, id))
+    })
+    .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start the control thread: {e}")))?;
     Ok(path)
 }
 

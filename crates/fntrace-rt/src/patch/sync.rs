@@ -46,12 +46,14 @@ pub fn register_early() {
     if STATE.get().is_some() {
         return;
     }
-    let _ = std::thread::Builder::new()
-        .name("fntrace-membar".into())
-        .stack_size(64 << 10)
-        .spawn(|| {
-            available();
-        });
+    let _ = crate::procinfo::spawn_with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("fntrace-membar".into())
+            .stack_size(64 << 10)
+            .spawn(|| {
+                available();
+            })
+    });
 }
 
 /// Makes every thread of the process execute a serialising instruction

@@ -184,6 +184,41 @@ pub fn for_each_module(mut f: impl FnMut(&LoadedModule<'_>)) {
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut ctx as *mut Ctx<'_> as *mut libc::c_void) };
 }
 
+/// Runs `spawn`, which starts one of the runtime's own threads, with the
+/// program's asynchronous signals blocked in the calling thread, so that
+/// the new thread starts with them blocked and keeps them so: a
+/// process-directed signal (the `SIGPROF` of a `-pg` program's profiling
+/// timer, a `SIGINT`, a `SIGCHLD`) then goes to one of the program's
+/// threads, as without the runtime. (A `SIGPROF` taken by a runtime thread
+/// once killed a `-pg` program whose threads all blocked it: it arrived
+/// after glibc's exit code had restored the default action.) `SIGTRAP`
+/// and the signals of faults stay unblocked: code patching and crash
+/// handling need them.
+pub fn spawn_with_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
+    // SAFETY: sigset_t is plain data, filled in by sigfillset/
+    // pthread_sigmask before use; the mask is the calling thread's own and
+    // restored before returning.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        for s in [
+            libc::SIGTRAP,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGABRT,
+        ] {
+            libc::sigdelset(&mut all, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        let r = spawn();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        r
+    }
+}
+
 /// Threads the runtime itself started (the recorder's helper thread),
 /// which never run the program's code: rewriting the program's code is as
 /// safe with them running as without.

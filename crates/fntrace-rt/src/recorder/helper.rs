@@ -147,14 +147,16 @@ pub(crate) fn spawn(s: &'static Session) {
     // rewriting (which needs no other thread running the program's code)
     // waits for that if it comes first; the start does not wait.
     crate::procinfo::expect_runtime_thread();
-    let r = std::thread::Builder::new()
-        .name("fntrace-helper".into())
-        .stack_size(256 << 10)
-        .spawn(move || {
-            crate::procinfo::register_runtime_thread();
-            super::guarded(|| run(s));
-            crate::procinfo::unregister_runtime_thread();
-        });
+    let r = crate::procinfo::spawn_with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("fntrace-helper".into())
+            .stack_size(256 << 10)
+            .spawn(move || {
+                crate::procinfo::register_runtime_thread();
+                super::guarded(|| run(s));
+                crate::procinfo::unregister_runtime_thread();
+            })
+    });
     if let Err(e) = r {
         crate::procinfo::runtime_thread_failed();
         crate::diag::diag!(

@@ -84,11 +84,13 @@ pub unsafe extern "C" fn fntrace_attach(handover: *const u8, len: usize) -> i32 
     }
     crate::diag::steps_start();
     crate::clock::anchor();
-    match std::thread::Builder::new()
-        .name("fntrace-attach".into())
-        .spawn(move || {
-            recorder::guarded(|| run(&bytes));
-        }) {
+    match crate::procinfo::spawn_with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("fntrace-attach".into())
+            .spawn(move || {
+                recorder::guarded(|| run(&bytes));
+            })
+    }) {
         Ok(_) => ATTACH_STARTED,
         Err(_) => {
             ATTACHED.store(false, Ordering::Release);
@@ -138,10 +140,12 @@ fn run(handover: &[u8]) {
     // which waits for an RCU grace period in a multi-threaded process
     // (5–20 ms measured here): the connection is made on a thread of its
     // own while this one switches the code on.
-    let conn = std::thread::Builder::new()
-        .name("fntrace-connect".into())
-        .stack_size(64 << 10)
-        .spawn(move || connect(sock.as_encoded_bytes()));
+    let conn = crate::procinfo::spawn_with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("fntrace-connect".into())
+            .stack_size(64 << 10)
+            .spawn(move || connect(sock.as_encoded_bytes()))
+    });
     let controller: u64 = vars
         .get(config::HANDOVER_CONTROLLER)
         .and_then(|v| v.to_str()?.parse().ok())

@@ -17,6 +17,8 @@ pub mod dl;
 #[cfg(feature = "compiler-hooks")]
 pub mod exec;
 mod prof;
+#[cfg(feature = "compiler-hooks")]
+pub mod sigmask;
 pub mod stop;
 
 use std::io;
@@ -89,7 +91,10 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     }
     apply_policy(cfg);
     #[cfg(feature = "compiler-hooks")]
-    crate::calls::tramp::detect_vector_width(cfg.vector_width);
+    {
+        crate::calls::tramp::detect_vector_width(cfg.vector_width);
+        sigmask::keep_trap_unblocked();
+    }
     markers::record::start_recording(&cfg.markers);
     crate::diag::step("policy");
     let opts = Options {
@@ -332,9 +337,10 @@ fn spawn_converter(count: bool) {
         end_policy_alone(count);
         if crate::diag::steps_wanted() {
             crate::diag::diag!(
-                "fntrace: {} hook calls converted on a runtime thread in {:.2} ms",
+                "fntrace: {} hook calls converted on a runtime thread in {:.2} ms ({} traps)",
                 c.on + c.off,
-                (crate::clock::monotonic_ns() - t0) as f64 / 1e6
+                (crate::clock::monotonic_ns() - t0) as f64 / 1e6,
+                crate::patch::int3::traps()
             );
         }
     };
@@ -345,14 +351,16 @@ fn spawn_converter(count: bool) {
     // Registered as the runtime's own (like the recorder's helper): it
     // never runs the program's code.
     crate::procinfo::expect_runtime_thread();
-    let r = std::thread::Builder::new()
-        .name("fntrace-convert".into())
-        .stack_size(256 << 10)
-        .spawn(move || {
-            crate::procinfo::register_runtime_thread();
-            recorder::guarded(convert);
-            crate::procinfo::unregister_runtime_thread();
-        });
+    let r = crate::procinfo::spawn_with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("fntrace-convert".into())
+            .stack_size(256 << 10)
+            .spawn(move || {
+                crate::procinfo::register_runtime_thread();
+                recorder::guarded(convert);
+                crate::procinfo::unregister_runtime_thread();
+            })
+    });
     if r.is_err() {
         crate::procinfo::runtime_thread_failed();
         convert();

@@ -32,18 +32,20 @@ pub(crate) fn after_fork() {
 }
 
 fn spawn_timer() {
-    let r = std::thread::Builder::new()
-        .name("fntrace-stop".into())
-        .spawn(|| {
-            loop {
-                let (now, at) = (clock::monotonic_ns(), DEADLINE.load(Ordering::Relaxed));
-                if now >= at {
-                    break;
+    let r = crate::procinfo::spawn_with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("fntrace-stop".into())
+            .spawn(|| {
+                loop {
+                    let (now, at) = (clock::monotonic_ns(), DEADLINE.load(Ordering::Relaxed));
+                    if now >= at {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_nanos(at - now));
                 }
-                std::thread::sleep(Duration::from_nanos(at - now));
-            }
-            stop_now("duration");
-        });
+                stop_now("duration");
+            })
+    });
     if let Err(e) = r {
         crate::diag::diag!("fntrace: cannot start the --duration timer: {e}; recording runs on");
     }
