@@ -198,8 +198,9 @@ fn fib_call_count_for_each_gcc_mechanism() {
 /// until well after the change, and the trace must hold every call with
 /// its caller and depth as a simulation of the program gives them (in a
 /// PIE, 6-byte calls through the GOT, and not, 5-byte calls to the PLT).
-/// The program blocks every signal first (as programs that take signals
-/// with `sigwait` do: a thread that hits a half-written site with
+/// The program sets its own `SIGTRAP` handler (which must see its own
+/// `raise` and none of the runtime's traps), then blocks every signal (as
+/// programs that take signals with `sigwait` do: a thread that hits a half-written site with
 /// `SIGTRAP` blocked was killed, and a `SIGPROF` of the profiling timer
 /// taken by a runtime thread killed the program at exit). It also forks
 /// at once (`fork` waits for the change to end), and its child loads a
@@ -220,9 +221,15 @@ fn fentry_calls_converted_while_the_program_runs_keep_the_tree() {
     src +=
         "#include <signal.h>\ntypedef int (*fp)(int);\nstatic fp volatile tab[2] = { f0, f97 };\n";
     src += r#"
+static volatile int traps;
+static void on_trap(int sig) { (void)sig; traps++; }
 __attribute__((noinline)) long fib(int n) { if (n < 2) return tab[n](n) - (n ? 97 : 0); return fib(n - 1) + fib(n - 2); }
 __attribute__((noinline)) long outer(long rounds) { long s = 0; for (long i = 0; i < rounds; i++) s += fib(20); return s; }
 int main(int argc, char **argv) {
+    struct sigaction sa = { 0 };
+    sa.sa_handler = on_trap;
+    sigaction(SIGTRAP, &sa, 0);
+    raise(SIGTRAP);
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, 0);
@@ -237,7 +244,7 @@ int main(int argc, char **argv) {
     long s = outer(rounds);
     int st = 0;
     waitpid(pid, &st, 0);
-    printf("parent %ld, child status %d\n", s, st);
+    printf("parent %ld, child status %d, program traps %d\n", s, st, traps);
     return 0;
 }
 "#;

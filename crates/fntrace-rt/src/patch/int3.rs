@@ -24,7 +24,7 @@
 //! had installed before.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use super::text::{self, Writable};
 
@@ -190,31 +190,56 @@ fn progress() {
     }
 }
 
-/// The handler that was installed before ours (chained to for traps that
-/// are not ours).
-static mut OLD: core::mem::MaybeUninit<libc::sigaction> = core::mem::MaybeUninit::zeroed();
+/// The program's own `SIGTRAP` action (chained to for traps that are not
+/// ours): the one installed before ours, then whatever the program asks
+/// for through [`program_action`]. A leaked, immutable value published
+/// atomically, so that the handler never reads one half-written.
+static OLD: AtomicPtr<libc::sigaction> = AtomicPtr::new(core::ptr::null_mut());
 static INSTALL: std::sync::Once = std::sync::Once::new();
+/// Set once our handler is installed.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// Installs the `SIGTRAP` handler once.
-fn install() {
+pub fn install() {
     INSTALL.call_once(|| {
-        // SAFETY: a zeroed sigaction is a valid value to fill in; `OLD` is
-        // written once here, before the handler can run (it is read only
-        // by the handler, after `sigaction` returns).
+        // SAFETY: zeroed sigactions are valid values to fill in; the old
+        // action is published (leaked) before the flag that routes the
+        // program's later changes to [`program_action`].
         unsafe {
             let mut sa: libc::sigaction = core::mem::zeroed();
             sa.sa_sigaction = on_sigtrap as *const () as usize;
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART | libc::SA_NODEFER;
             libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(
-                libc::SIGTRAP,
-                &sa,
-                core::ptr::addr_of_mut!(OLD) as *mut libc::sigaction,
-            );
+            let old = Box::into_raw(Box::new(core::mem::zeroed::<libc::sigaction>()));
+            OLD.store(old, Ordering::Release);
+            libc::sigaction(libc::SIGTRAP, &sa, old);
         }
+        INSTALLED.store(true, Ordering::Release);
         // SAFETY: registers a child handler that only stores to an atomic.
         unsafe { libc::pthread_atfork(None, None, Some(forget_patcher)) };
     });
+}
+
+/// The program's `sigaction(SIGTRAP, new, old)` once our handler is
+/// installed (an interposed `sigaction` calls this): the program's action
+/// is kept as the one traps that are not ours are passed to, and our
+/// handler stays. Returns false when our handler is not installed (the
+/// call should go to the system).
+pub fn program_action(new: Option<&libc::sigaction>, old: Option<&mut libc::sigaction>) -> bool {
+    if !INSTALLED.load(Ordering::Acquire) {
+        return false;
+    }
+    // No lock (`sigaction` may be called from a signal handler): one swap.
+    // The previous value is leaked: the handler may be reading it.
+    let prev = match new {
+        Some(n) => OLD.swap(Box::into_raw(Box::new(*n)), Ordering::AcqRel),
+        None => OLD.load(Ordering::Acquire),
+    };
+    if let Some(o) = old {
+        // SAFETY: published actions are leaked and never changed.
+        *o = unsafe { *prev };
+    }
+    true
 }
 
 extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
@@ -244,15 +269,26 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         return;
     }
     // Not ours: behave as if we were not installed.
-    // SAFETY: `OLD` was written before our handler was installed.
-    let old = unsafe { *(core::ptr::addr_of!(OLD) as *const libc::sigaction) };
+    let p = OLD.load(Ordering::Acquire);
+    // SAFETY: published before our handler was installed; leaked and
+    // never changed.
+    let old = unsafe { *p };
     match old.sa_sigaction {
         libc::SIG_IGN => {}
         libc::SIG_DFL => {
             // SAFETY: restore the default action and re-raise: the process
-            // dies of SIGTRAP as it would have without us.
+            // dies of SIGTRAP as it would have without us. The system call
+            // directly: the preload interposes `signal` and `sigaction`.
+            // The kernel's action is handler, flags, restorer, mask.
             unsafe {
-                libc::signal(libc::SIGTRAP, libc::SIG_DFL);
+                let dfl: [u64; 4] = [libc::SIG_DFL as u64, 0, 0, 0];
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    libc::SIGTRAP,
+                    dfl.as_ptr(),
+                    core::ptr::null_mut::<u64>(),
+                    8usize,
+                );
                 libc::raise(libc::SIGTRAP);
             }
         }

@@ -18,7 +18,7 @@ pub mod dl;
 pub mod exec;
 mod prof;
 #[cfg(feature = "compiler-hooks")]
-pub mod sigmask;
+pub mod sigtrap;
 pub mod stop;
 
 use std::io;
@@ -93,7 +93,7 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     #[cfg(feature = "compiler-hooks")]
     {
         crate::calls::tramp::detect_vector_width(cfg.vector_width);
-        sigmask::keep_trap_unblocked();
+        sigtrap::keep_trap_unblocked();
     }
     markers::record::start_recording(&cfg.markers);
     crate::diag::step("policy");
@@ -348,6 +348,9 @@ fn spawn_converter(count: bool) {
     // registering takes microseconds while the process has one thread,
     // and waits for an RCU grace period (12–15 ms here) once it has two.
     crate::patch::sync::available();
+    // The `SIGTRAP` handler before `main`: a program that sets its own
+    // action later keeps ours in place (see `sigtrap`).
+    crate::patch::int3::install();
     // Registered as the runtime's own (like the recorder's helper): it
     // never runs the program's code.
     crate::procinfo::expect_runtime_thread();
