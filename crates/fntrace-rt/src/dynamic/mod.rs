@@ -811,21 +811,32 @@ pub fn has_pending() -> bool {
 /// hijacked return, which still works after the change. Holds the code
 /// lock and the registry throughout, and `fork` waits for it (see
 /// [`fork_gate`]), so that a child never inherits either lock held.
-pub fn convert_pending() -> Changed {
+/// Returns what changed and how many objects could not be converted
+/// (their calls stay with the hooks).
+pub fn convert_pending() -> (Changed, usize) {
     let _gate = fork_gate::Held::take();
     let _code = patch::lock();
     let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
     let mut total = Changed::default();
+    let mut failed = 0;
     for p in std::mem::take(&mut reg.pending) {
+        let id = (p.start, p.path.clone());
         match convert_object(&mut reg, p) {
             Ok(c) => {
                 total.on += c.on;
                 total.off += c.off;
             }
-            Err(e) => crate::diag::diag!("fntrace: {e}"),
+            Err(e) => {
+                failed += 1;
+                crate::diag::diag!("fntrace: {e}");
+                // Never scanned again: a later scan would take it for an
+                // object just loaded, which may be rewritten without the
+                // `int3` protocol.
+                reg.none.push(id);
+            }
         }
     }
-    total
+    (total, failed)
 }
 
 /// [`convert_pending`] for one object.

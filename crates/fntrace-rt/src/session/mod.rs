@@ -333,8 +333,12 @@ fn end_policy_alone(count: bool) {
 fn spawn_converter(count: bool) {
     let convert = move || {
         let t0 = crate::clock::monotonic_ns();
-        let c = crate::dynamic::convert_pending();
-        end_policy_alone(count);
+        let (c, failed) = crate::dynamic::convert_pending();
+        // An object that could not be converted keeps its hook calls,
+        // which still need the policies.
+        if failed == 0 {
+            end_policy_alone(count);
+        }
         if crate::diag::steps_wanted() {
             crate::diag::diag!(
                 "fntrace: {} hook calls converted on a runtime thread in {:.2} ms ({} traps)",
