@@ -10,6 +10,8 @@
 //! - this module: the registry of loaded objects and their sites, the
 //!   selection rules (`-F`/`-N` at start, [`switch_functions`] later),
 //!   and applying them with the shared [`crate::patch`] module;
+//! - [`convert_pending`]: the `call __fentry__`s of objects the start-up
+//!   scan left to a runtime thread, rewritten while the program runs;
 //!
 //! A mechanism: switching across mechanisms and the control socket are in
 //! `control`.
