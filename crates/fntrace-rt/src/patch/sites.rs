@@ -274,7 +274,7 @@ fn call_slot<'c>(
 /// An mcount function (`gcc -pg`, `rustc -Zinstrument-mcount`) starting
 /// at `func`: an optional `endbr64`, a prologue that starts with `push
 /// rbp` and holds only instructions that run the same anywhere
-/// ([`movable_len`]), then `call mcount` through one of `slots` (the GOT
+/// (`movable_len`), then `call mcount` through one of `slots` (the GOT
 /// slots bound to `mcount`/`_mcount`, sorted). Returns the site (fixed up
 /// with [`Fixup::Move`]).
 pub fn mcount_call<'c>(
