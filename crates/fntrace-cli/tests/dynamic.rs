@@ -247,8 +247,15 @@ fn mcount_and_fentry_calls_become_switchable_sites() {
         let data = d.path().join("t.data");
         // Recorded without -F/-N: every `call __fentry__` was rewritten
         // into a site, switched on (a jump to the function's wrapper).
+        // (`call __fentry__`s are rewritten by a runtime thread while the
+        // program runs; a control request waits for that, or does it.)
         let (mut child, mut w, mut r, pid) = record_live_with(&data, &[], &[], &bin);
         round(&mut w, &mut r);
+        let o = Command::new(fntrace_bin())
+            .args(["live", &pid.to_string(), "status"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{name}: {o:?}");
         for f in ["hot_a", "hot_b", "main"] {
             let b = entry_bytes(pid, &bin, f);
             assert_eq!(b[0], 0xe9, "{name}: {f} not switched on: {b:02x?}");

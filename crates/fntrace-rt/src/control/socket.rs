@@ -247,6 +247,9 @@ fn session(s: UnixStream) -> std::io::Result<()> {
         }
         let (cmd, arg) = line.split_once(' ').unwrap_or((line, ""));
         let arg = arg.trim();
+        // Every request sees every site: hook calls start-up left to the
+        // runtime thread are converted first if it has not yet.
+        crate::dynamic::settle();
         match (cmd, arg) {
             ("enable" | "disable", "") => writeln!(w, "error: {cmd} needs a pattern")?,
             ("enable" | "disable", p) => match super::switch_functions(p, cmd == "enable") {

@@ -92,6 +92,8 @@ struct Registry {
     /// Objects found at start-up whose hook calls [`convert_pending`]
     /// rewrites on a runtime thread (the hooks record them meanwhile).
     pending: Vec<Pending>,
+    /// Pending objects that could not be converted.
+    convert_failed: usize,
 }
 
 /// An object left to [`convert_pending`].
@@ -110,6 +112,7 @@ static REG: Mutex<Registry> = Mutex::new(Registry {
     default_on: false,
     skipped: 0,
     pending: vec![],
+    convert_failed: 0,
 });
 
 /// Set once the first scan ran (later objects are fresh from `dlopen`).
@@ -794,6 +797,20 @@ pub fn start(trace: &[String], notrace: &[String]) -> Result<Changed, PatchError
     Ok(rescan_and_apply(&mut reg))
 }
 
+/// Converts now, on the calling thread, what start-up left to the runtime
+/// thread if that thread has not taken it yet (a `fntrace live` request
+/// then lists and switches every site). Returns as
+/// [`convert_pending`], which it waits for if the runtime thread runs it.
+pub fn settle() -> (Changed, usize) {
+    if has_pending() {
+        convert_pending()
+    } else {
+        // Waits for a conversion in progress (it holds the registry).
+        let reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+        (Changed::default(), reg.convert_failed)
+    }
+}
+
 /// Whether objects wait for [`convert_pending`].
 pub fn has_pending() -> bool {
     !REG.lock()
@@ -813,14 +830,13 @@ pub fn has_pending() -> bool {
 /// hijacked return, which still works after the change. Holds the code
 /// lock and the registry throughout, and `fork` waits for it (see
 /// [`fork_gate`]), so that a child never inherits either lock held.
-/// Returns what changed and how many objects could not be converted
-/// (their calls stay with the hooks).
+/// Returns what changed and how many objects could not be converted so
+/// far, by any caller (their calls stay with the hooks).
 pub fn convert_pending() -> (Changed, usize) {
     let _gate = fork_gate::Held::take();
     let _code = patch::lock();
     let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
     let mut total = Changed::default();
-    let mut failed = 0;
     for p in std::mem::take(&mut reg.pending) {
         let id = (p.start, p.path.clone());
         match convert_object(&mut reg, p) {
@@ -829,7 +845,7 @@ pub fn convert_pending() -> (Changed, usize) {
                 total.off += c.off;
             }
             Err(e) => {
-                failed += 1;
+                reg.convert_failed += 1;
                 crate::diag::diag!("fntrace: {e}");
                 // Never scanned again: a later scan would take it for an
                 // object just loaded, which may be rewritten without the
@@ -838,7 +854,7 @@ pub fn convert_pending() -> (Changed, usize) {
             }
         }
     }
-    (total, failed)
+    (total, reg.convert_failed)
 }
 
 /// [`convert_pending`] for one object.
@@ -1015,6 +1031,7 @@ fn add_rule(pattern: &str, on: bool) -> Result<Changed, PatchError> {
 /// The functions whose patchable sites are switched on (name, or the
 /// address if unnamed).
 pub fn enabled_functions() -> Vec<String> {
+    settle();
     let mut v = Vec::new();
     let reg = REG.lock().unwrap_or_else(|e| e.into_inner());
     for o in reg.objects.iter().filter(|o| o.alive) {
@@ -1040,6 +1057,9 @@ pub fn site_counts() -> (usize, usize, usize) {
 /// off (a rule applied now and to objects loaded later). Returns how many
 /// functions changed.
 pub fn switch_functions(pattern: &str, on: bool) -> Result<usize, PatchError> {
+    // The functions whose calls start-up left to the runtime thread are
+    // switched too.
+    settle();
     let c = add_rule(pattern, on)?;
     Ok(if on { c.on } else { c.off })
 }
