@@ -219,6 +219,29 @@ pub fn spawn_with_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
     }
 }
 
+/// Starts one of the runtime's own threads that must count as such for
+/// code rewriting ([`other_threads`]): announced first, registered as the
+/// first thing it does and forgotten when `f` returns, started with the
+/// program's signals blocked ([`spawn_with_signals_blocked`]). The caller
+/// does not wait for it to run.
+pub fn spawn_runtime_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    expect_runtime_thread();
+    let r = spawn_with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .stack_size(256 << 10)
+            .spawn(move || {
+                register_runtime_thread();
+                f();
+                unregister_runtime_thread();
+            })
+    });
+    if r.is_err() {
+        runtime_thread_failed();
+    }
+    r.map(drop)
+}
+
 /// Threads the runtime itself started (the recorder's helper thread),
 /// which never run the program's code: rewriting the program's code is as
 /// safe with them running as without.

@@ -146,19 +146,10 @@ pub(crate) fn spawn(s: &'static Session) {
     // The thread registers as the runtime's own first thing: code
     // rewriting (which needs no other thread running the program's code)
     // waits for that if it comes first; the start does not wait.
-    crate::procinfo::expect_runtime_thread();
-    let r = crate::procinfo::spawn_with_signals_blocked(|| {
-        std::thread::Builder::new()
-            .name("fntrace-helper".into())
-            .stack_size(256 << 10)
-            .spawn(move || {
-                crate::procinfo::register_runtime_thread();
-                super::guarded(|| run(s));
-                crate::procinfo::unregister_runtime_thread();
-            })
+    let r = crate::procinfo::spawn_runtime_thread("fntrace-helper", move || {
+        super::guarded(|| run(s));
     });
     if let Err(e) = r {
-        crate::procinfo::runtime_thread_failed();
         crate::diag::diag!(
             "fntrace: cannot start the helper thread ({e}); trace memory is faulted in by the traced threads"
         );

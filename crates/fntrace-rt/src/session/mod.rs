@@ -357,19 +357,10 @@ fn spawn_converter(count: bool) {
     crate::patch::int3::install();
     // Registered as the runtime's own (like the recorder's helper): it
     // never runs the program's code.
-    crate::procinfo::expect_runtime_thread();
-    let r = crate::procinfo::spawn_with_signals_blocked(|| {
-        std::thread::Builder::new()
-            .name("fntrace-convert".into())
-            .stack_size(256 << 10)
-            .spawn(move || {
-                crate::procinfo::register_runtime_thread();
-                recorder::guarded(convert);
-                crate::procinfo::unregister_runtime_thread();
-            })
+    let r = crate::procinfo::spawn_runtime_thread("fntrace-convert", move || {
+        recorder::guarded(convert);
     });
     if r.is_err() {
-        crate::procinfo::runtime_thread_failed();
         convert();
     }
 }

@@ -35,16 +35,22 @@ pub(crate) fn keep_trap_unblocked() {
 
 type MaskFn = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
 
-/// The next definition of `name` (glibc's), looked up once.
-fn next(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> Option<MaskFn> {
+/// The next definition of `name` (glibc's), looked up once and kept in
+/// `slot`; `None` if there is none.
+fn next(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> Option<*mut c_void> {
     let mut f = slot.load(Ordering::Acquire);
     if f.is_null() {
         // SAFETY: the name is NUL-terminated; dlsym is thread-safe.
         f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
         slot.store(f, Ordering::Release);
     }
+    (!f.is_null()).then_some(f)
+}
+
+/// [`next`] for the two mask functions.
+fn next_mask(slot: &AtomicPtr<c_void>, name: &core::ffi::CStr) -> Option<MaskFn> {
     // SAFETY: both names are glibc functions with this signature.
-    (!f.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, MaskFn>(f) })
+    next(slot, name).map(|f| unsafe { core::mem::transmute::<*mut c_void, MaskFn>(f) })
 }
 
 /// Calls `f` with `set` minus `SIGTRAP` when it would block it.
@@ -89,7 +95,7 @@ pub unsafe extern "C" fn sigprocmask(
     old: *mut libc::sigset_t,
 ) -> c_int {
     // SAFETY: the caller's arguments, passed on.
-    unsafe { call(next(&REAL_PROC, c"sigprocmask"), how, set, old) }
+    unsafe { call(next_mask(&REAL_PROC, c"sigprocmask"), how, set, old) }
 }
 
 /// Interposed `pthread_sigmask` (see the module documentation). Returns
@@ -103,7 +109,7 @@ pub unsafe extern "C" fn pthread_sigmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> c_int {
-    let f = next(&REAL_PTHREAD, c"pthread_sigmask");
+    let f = next_mask(&REAL_PTHREAD, c"pthread_sigmask");
     if f.is_none() {
         return libc::ENOSYS;
     }
@@ -130,17 +136,11 @@ pub unsafe extern "C" fn sigaction(
     if sig == libc::SIGTRAP && crate::patch::int3::program_action(new, prev) {
         return 0;
     }
-    let mut f = REAL_ACTION.load(Ordering::Acquire);
-    if f.is_null() {
-        // SAFETY: the name is NUL-terminated; dlsym is thread-safe.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) };
-        REAL_ACTION.store(f, Ordering::Release);
-    }
-    if f.is_null() {
+    let Some(f) = next(&REAL_ACTION, c"sigaction") else {
         // SAFETY: errno of the calling thread.
         unsafe { *libc::__errno_location() = libc::ENOSYS };
         return -1;
-    }
+    };
     // SAFETY: glibc's `sigaction`, with the caller's arguments.
     unsafe { core::mem::transmute::<*mut c_void, ActionFn>(f)(sig, act, old) }
 }
@@ -165,15 +165,9 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
             return old.sa_sigaction;
         }
     }
-    let mut f = REAL_SIGNAL.load(Ordering::Acquire);
-    if f.is_null() {
-        // SAFETY: the name is NUL-terminated; dlsym is thread-safe.
-        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"signal".as_ptr()) };
-        REAL_SIGNAL.store(f, Ordering::Release);
-    }
-    if f.is_null() {
+    let Some(f) = next(&REAL_SIGNAL, c"signal") else {
         return libc::SIG_ERR;
-    }
+    };
     // SAFETY: glibc's `signal`, with the caller's arguments.
     unsafe {
         core::mem::transmute::<

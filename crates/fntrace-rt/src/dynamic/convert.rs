@@ -1,0 +1,252 @@
+//! The `call __fentry__`s the start-up scan leaves to a runtime thread
+//! ([`set_convert_later`]): which objects qualify, converting them while
+//! the program runs ([`convert_pending`]), requests that must see them
+//! converted first ([`settle`]), and the `fork` gate that keeps a child
+//! from inheriting the locks the conversion holds. Part of `dynamic`: it
+//! uses its registry, classification and call wrappers.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::sites::{self, Fixup, Site};
+use super::{
+    Changed, Found, Object, REG, Registry, find_sites, read_code, wanted, wrapper, wrappers,
+};
+use crate::patch::{self, PatchError, int3, text};
+
+/// Whether the first scan leaves objects whose only sites are `call
+/// __fentry__`s to [`convert_pending`] (see [`set_convert_later`]).
+pub(super) static CONVERT_LATER: AtomicBool = AtomicBool::new(false);
+
+/// Asks the first scan (at start-up, before a second thread runs the
+/// program's code) not to rewrite the `call __fentry__` sites of an object
+/// whose sites are nothing else, but to leave them to [`convert_pending`],
+/// which rewrites each call straight into the jump to its call wrapper
+/// with the breakpoint protocol while the program runs. Until then the
+/// hooks record those calls. This takes the classification, the wrappers
+/// and the code writes of a large program (15 ms for 100,000 functions)
+/// off its start. Objects with one-byte NOP runs, patchable entries or
+/// `call mcount` prologues are rewritten at start as before (moving a
+/// prologue, or a NOP run another thread may be inside, is not safe
+/// while the program runs).
+pub fn set_convert_later(on: bool) {
+    CONVERT_LATER.store(on, Ordering::Release);
+}
+
+/// Whether every listed entry of `f` is a hook call and it calls
+/// `__fentry__` only (what [`convert_pending`] can rewrite while the
+/// program runs).
+pub(super) fn deferrable(f: &Found) -> bool {
+    f.mcount_slots.is_empty()
+        && !f.fentry_slots.is_empty()
+        && f.entries.iter().all(|&e| {
+            let c = read_code(e, 2);
+            c[0] == 0xe8 || c[..] == [0xff, 0x15]
+        })
+}
+
+/// An object left to [`convert_pending`].
+pub(super) struct Pending {
+    pub(super) start: u64,
+    pub(super) size: u64,
+    pub(super) bias: u64,
+    pub(super) path: PathBuf,
+    pub(super) found: Found,
+}
+
+/// Converts now, on the calling thread, what start-up left to the runtime
+/// thread if that thread has not taken it yet (a `fntrace live` request
+/// then lists and switches every site). Returns as
+/// [`convert_pending`], which it waits for if the runtime thread runs it.
+pub fn settle() -> (Changed, usize) {
+    if has_pending() {
+        convert_pending()
+    } else {
+        // Waits for a conversion in progress (it holds the registry).
+        let reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+        (Changed::default(), reg.convert_failed)
+    }
+}
+
+/// Whether objects wait for [`convert_pending`].
+pub fn has_pending() -> bool {
+    !REG.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pending
+        .is_empty()
+}
+
+/// Rewrites the `call __fentry__` sites of the objects the first scan
+/// left pending ([`set_convert_later`]) while the program runs: each call
+/// becomes the jump to its call wrapper (a 6-byte call, the jump and a
+/// one-byte NOP) if the rules select it, a NOP otherwise, with the
+/// breakpoint protocol. A thread that traps on a site while it changes
+/// resumes in its wrapper (the new state) or after the call (for a site
+/// switched off: neither state records). A call made through the hook
+/// before its site changed is recorded by the hooks, its exit by the
+/// hijacked return, which still works after the change. Holds the code
+/// lock and the registry throughout, and `fork` waits for it (see
+/// [`fork_gate`]), so that a child never inherits either lock held.
+/// Returns what changed and how many objects could not be converted so
+/// far, by any caller (their calls stay with the hooks).
+pub fn convert_pending() -> (Changed, usize) {
+    let _gate = fork_gate::Held::take();
+    let _code = patch::lock();
+    let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
+    let mut total = Changed::default();
+    for p in std::mem::take(&mut reg.pending) {
+        let id = (p.start, p.path.clone());
+        match convert_object(&mut reg, p) {
+            Ok(c) => {
+                total.on += c.on;
+                total.off += c.off;
+            }
+            Err(e) => {
+                reg.convert_failed += 1;
+                crate::diag::diag!("fntrace: {e}");
+                // Never scanned again: a later scan would take it for an
+                // object just loaded, which may be rewritten without the
+                // `int3` protocol.
+                reg.none.push(id);
+            }
+        }
+    }
+    (total, reg.convert_failed)
+}
+
+/// [`convert_pending`] for one object.
+fn convert_object(reg: &mut Registry, p: Pending) -> Result<Changed, PatchError> {
+    let Pending {
+        start,
+        size,
+        bias,
+        path,
+        found,
+    } = p;
+    let what = path.display().to_string();
+    let policy = found.policy.clone();
+    let mut skipped = vec![];
+    let mut sites = find_sites(
+        start,
+        size,
+        bias,
+        &path,
+        found,
+        &mut Some(true),
+        &mut skipped,
+    );
+    // Only rewritten hook calls (a deferred object has no other sites).
+    sites.retain(|s| matches!(s.fixup, Some(Fixup::Call5 | Fixup::Call6)));
+    let n = sites.len();
+    let mut o = Object::new(
+        (path, start, size, bias),
+        sites,
+        vec![int3::NOP5; n],
+        vec![0; n],
+        policy,
+    );
+    if n == 0 {
+        reg.none.push((o.start, o.path));
+        return Ok(Changed::default());
+    }
+    let want: Vec<bool> = o.sites.iter().map(|s| wanted(reg, &o, s)).collect();
+    o.wrappers = wrappers(&o, &what)?;
+    let len = |s: &Site| {
+        if s.fixup == Some(Fixup::Call6) {
+            6usize
+        } else {
+            5
+        }
+    };
+    let resume: Vec<(u64, u64)> = o
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let to = if want[k] {
+                o.wrappers + k as u64 * wrapper::SIZE
+            } else {
+                s.addr + len(s) as u64
+            };
+            (s.addr, to)
+        })
+        .collect();
+    if !int3::register(o.sites.iter().map(|s| s.addr).collect()) || !int3::register_resume(resume) {
+        reg.skipped += n;
+        return Err(PatchError::Code(format!(
+            "{what}: {n} patchable sites not used (too many objects with 5-byte sites for the \
+             breakpoint handler's table); the hooks record its calls"
+        )));
+    }
+    let ranges: Vec<(u64, u64)> = o.sites.iter().map(|s| (s.addr, len(s) as u64)).collect();
+    let w = text::Writable::open(&ranges, &what)?;
+    let mut pokes = Vec::with_capacity(n);
+    pokes.extend(o.sites.iter().enumerate().map(|(k, s)| {
+        let mut b = [0x90u8; 6];
+        b[..5].copy_from_slice(&if want[k] {
+            sites::jmp5(s.addr, o.wrappers + k as u64 * wrapper::SIZE)
+        } else {
+            int3::NOP5
+        });
+        (s.addr, b, len(s))
+    }));
+    int3::poke(&w, &pokes);
+    drop(w);
+    let mut c = Changed::default();
+    for (k, &on) in want.iter().enumerate() {
+        o.on[k] = on;
+        if on {
+            c.on += 1;
+        }
+    }
+    reg.objects.push(o);
+    Ok(c)
+}
+
+/// Makes `fork` wait while [`convert_pending`] runs: a child forked in
+/// the middle would inherit the code lock and the registry held by a
+/// thread it does not have (its later `dlopen` or `fntrace live` request
+/// would wait for ever), and sites holding `int3`s.
+mod fork_gate {
+    use std::cell::UnsafeCell;
+
+    struct Gate(UnsafeCell<libc::pthread_mutex_t>);
+    // SAFETY: the mutex is only used through the pthread functions, which
+    // synchronise.
+    unsafe impl Sync for Gate {}
+
+    static GATE: Gate = Gate(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER));
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+
+    extern "C" fn lock() {
+        // SAFETY: a static, initialised mutex.
+        unsafe { libc::pthread_mutex_lock(GATE.0.get()) };
+    }
+
+    extern "C" fn unlock() {
+        // SAFETY: the forking thread locked it in `lock` (in the child it
+        // is the same thread).
+        unsafe { libc::pthread_mutex_unlock(GATE.0.get()) };
+    }
+
+    /// The gate, held while alive.
+    pub(super) struct Held;
+
+    impl Held {
+        /// Installs the `fork` handlers once and takes the gate.
+        pub(super) fn take() -> Held {
+            INSTALL.call_once(|| {
+                // SAFETY: handlers that only lock and unlock a static mutex.
+                unsafe { libc::pthread_atfork(Some(lock), Some(unlock), Some(unlock)) };
+            });
+            lock();
+            Held
+        }
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            unlock();
+        }
+    }
+}
