@@ -3,13 +3,15 @@
 //! adds to a program's run (issue #24, item 5), in the same run as the
 //! bare program and uftrace.
 //!
-//! Two C programs built with `gcc -O1 -pg -mfentry`: a hello world, and a
-//! generated one with 100,000 functions (of which it calls two; built
-//! once, cached in the temporary directory). Each is run, alternating, for
+//! Two C programs, each built with `gcc -O1 -pg -mfentry` (`call
+//! __fentry__`, converted on a runtime thread while the program runs) and
+//! with `gcc -O1 -pg` (`call mcount` after the prologue, whose prologues
+//! are moved before `main`): a hello world, and a generated one with
+//! 100,000 functions (of which it calls two; built once, cached in the
+//! temporary directory). Each is run, alternating, for
 //! `ROUNDS` rounds: bare; with the preload runtime directly (`LD_PRELOAD`
 //! and `FNTRACE_OUTPUT`, what `record` sets); under `fntrace record`; and
-//! under `uftrace record` (the same binary: uftrace records `-pg -mfentry`
-//! builds too). Wall time of each run from spawn to exit; printed: the
+//! under `uftrace record` (the same binary: uftrace records both builds). Wall time of each run from spawn to exit; printed: the
 //! median per variant and what each adds over the bare run (targets:
 //! `record` adds at most 5 ms to the small program and 20 ms to the one
 //! with 100,000 symbols).
@@ -40,9 +42,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn gcc(src: &Path, out: &Path) {
+/// Builds `src` into `out` with `-O1 -pg`, plus `-mfentry` if `fentry`.
+fn gcc(src: &Path, out: &Path, fentry: bool) {
     let st = Command::new("gcc")
-        .args(["-O1", "-pg", "-mfentry", "-o"])
+        .args(["-O1", "-pg"])
+        .args(fentry.then_some("-mfentry"))
+        .arg("-o")
         .arg(out)
         .arg(src)
         .status()
@@ -68,9 +73,13 @@ fn main() {
     )
     .unwrap();
     let hello = dir.join("hello");
-    gcc(&hello_c, &hello);
+    gcc(&hello_c, &hello, true);
+    let hello_pg = dir.join("hello-pg");
+    gcc(&hello_c, &hello_pg, false);
     let big = dir.join(format!("big{BIG_FUNCS}"));
-    if !big.is_file() {
+    let big_pg = dir.join(format!("big{BIG_FUNCS}-pg"));
+    let big_c = dir.join("big.c");
+    if !big.is_file() || !big_pg.is_file() || !big_c.is_file() {
         let mut s = String::from("#include <stdio.h>\n");
         for i in 0..BIG_FUNCS {
             s.push_str(&format!(
@@ -81,10 +90,10 @@ fn main() {
             "int main(void) {{ printf(\"%d\\n\", f0(1) + f{}(2)); return 0; }}\n",
             BIG_FUNCS - 1
         ));
-        let c = dir.join("big.c");
-        std::fs::write(&c, s).unwrap();
-        eprintln!("building the program with {BIG_FUNCS} functions (once)...");
-        gcc(&c, &big);
+        std::fs::write(&big_c, s).unwrap();
+        eprintln!("building the programs with {BIG_FUNCS} functions (once)...");
+        gcc(&big_c, &big, true);
+        gcc(&big_c, &big_pg, false);
     }
     let data = dir.join("t.data");
     let uftrace_dir = dir.join("uftrace.data");
@@ -95,7 +104,9 @@ fn main() {
     );
     for (name, bin, target) in [
         ("hello (-pg -mfentry)", &hello, 5.0),
-        ("100,000 functions", &big, 20.0),
+        ("100,000 functions (-mfentry)", &big, 20.0),
+        ("hello (-pg)", &hello_pg, 5.0),
+        ("100,000 functions (-pg)", &big_pg, 20.0),
     ] {
         let (mut bare, mut pre, mut rec, mut uf) = (vec![], vec![], vec![], vec![]);
         for _ in 0..ROUNDS {

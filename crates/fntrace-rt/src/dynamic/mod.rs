@@ -405,7 +405,7 @@ fn find_sites(
         mcount_slots,
         ..
     } = found;
-    let names = crate::procinfo::module_function_ranges(path, bias);
+    let names = crate::procinfo::module_function_starts(path, bias);
     crate::diag::step("symbols");
     // Sized up front: a large program has 100,000 entries, and growing
     // a vector by doubling copies it and faults in fresh pages each
@@ -413,8 +413,8 @@ fn find_sites(
     let mut found = Vec::with_capacity(entries.len());
     let mut calls = Vec::with_capacity(entries.len());
     for e in entries {
-        let k = names.partition_point(|n| n.0 < e);
-        let next = names.get(k).map(|n| n.0);
+        let k = names.partition_point(|&n| n < e);
+        let next = names.get(k).copied();
         match sites::classify(e, &read_code, next) {
             Ok(s) if s.fixup.is_some() && !*may_fix.get_or_insert_with(single_threaded) => skipped
                 .push("one-byte NOPs cannot be rewritten while other threads run".to_string()),
@@ -445,7 +445,7 @@ fn find_sites(
                         e
                     }
                 })
-                .chain(names.iter().map(|n| n.0))
+                .chain(names.iter().copied())
                 .filter(|&f| f >= start && f + 32 <= end),
         );
         starts.sort();
@@ -471,7 +471,11 @@ fn find_sites(
         );
         extra.sort_unstable_by_key(|s| s.addr);
         extra.dedup_by_key(|s| s.addr);
-        found.extend(extra);
+        if found.is_empty() {
+            found = extra;
+        } else {
+            found.extend(extra);
+        }
     }
     found
 }
@@ -487,82 +491,97 @@ fn fix_up(
 ) -> Result<Vec<u64>, PatchError> {
     let what = path.display().to_string();
     let mut moved = vec![0u64; found.len()];
-    let mut ranges: Vec<(u64, u64)> = found
-        .iter()
-        .filter_map(|s| match (s.fixup?, s.layout) {
+    // The bytes each fix-up writes (an iterator, not a list: a large
+    // program has 100,000 sites, and every page of a list is a fault).
+    let ranges = || {
+        found.iter().filter_map(|s| match (s.fixup?, s.layout) {
             (Fixup::Call6, _) => Some((s.addr, 6)),
             (Fixup::Move, Layout::Moved { prologue, call, .. }) => {
                 Some((s.addr, u64::from(prologue) + u64::from(call)))
             }
             _ => Some((s.addr, 5)),
         })
-        .collect();
-    if ranges.is_empty() {
+    };
+    if ranges().next().is_none() {
         return Ok(moved);
     }
-    // Moved prologues: a stub per site, `STUB` bytes each (the prologue,
-    // at most 47 bytes, and a jump back past the call).
-    const STUB: u64 = 64;
-    let n_moved = found
-        .iter()
-        .filter(|s| s.fixup == Some(Fixup::Move))
-        .count() as u64;
-    let area = if n_moved > 0 {
-        let a = patch::stubs::area_near(start, start + size, n_moved * STUB, &what)?;
-        ranges.push((a, n_moved * STUB));
-        a
+    // Moved prologues: a stub per site, packed (the prologue, at most 47
+    // bytes, and a jump back past the call, rounded up to 16 bytes: a
+    // large program has 100,000 of them, and every page of stubs is a
+    // page fault at start-up and a page to free at exit).
+    let stub_len = |s: &Site| match (s.fixup, s.layout) {
+        (Some(Fixup::Move), Layout::Moved { prologue, .. }) => {
+            (u64::from(prologue) + 5).next_multiple_of(16)
+        }
+        _ => 0,
+    };
+    let total: u64 = found.iter().map(stub_len).sum();
+    let area = if total > 0 {
+        patch::stubs::area_near(start, start + size, total, &what)?
     } else {
         0
     };
-    let _w = text::Writable::open(&ranges, &what)?;
-    let mut next = area;
-    for (k, s) in found.iter().enumerate() {
-        if let (Some(Fixup::Move), Layout::Moved { prologue, call, .. }) = (s.fixup, s.layout) {
-            let (p, c) = (u64::from(prologue), u64::from(call));
-            let stub = next;
-            next += STUB;
-            // SAFETY: the prologue is mapped code of this object (the
-            // classifier read it).
-            let mut code: Vec<u8> = (0..p)
-                .map(|i| unsafe { core::ptr::read_volatile((s.addr + i) as *const u8) })
-                .collect();
-            code.extend(sites::jmp5(stub + p, s.addr + p + c));
-            // SAFETY: our fresh mapping, writable through `_w`; nothing
-            // jumps to it yet.
-            unsafe { text::write_bytes(stub, &code) };
-            // The function now starts with a jump to the stub (the site's
-            // off state); the rest of the old prologue and the call are
-            // never executed again and become `int3`s.
-            let mut head = sites::jmp5(s.addr, stub).to_vec();
-            head.resize((p + c) as usize, 0xcc);
-            // SAFETY: writable (`_w`); no other thread can be inside these
-            // bytes (the caller checked: one thread, or an object just
-            // loaded), so none decodes them while they change.
-            unsafe { text::write_bytes(s.addr, &head) };
-            moved[k] = stub;
-            continue;
-        }
-        let call6 = [
-            int3::NOP5[0],
-            int3::NOP5[1],
-            int3::NOP5[2],
-            int3::NOP5[3],
-            int3::NOP5[4],
-            0x90,
-        ];
-        let bytes: &[u8] = match s.fixup {
-            Some(Fixup::Nop5 | Fixup::Call5) => &int3::NOP5,
-            Some(Fixup::Call6) => &call6,
-            Some(Fixup::Nop2) => &sites::PREFIX_OFF,
-            Some(Fixup::Move) | None => continue,
-        };
-        // SAFETY: the pages are writable (`_w`) and no other thread can be
-        // inside these NOP runs or calls (the caller checked: one thread,
-        // or an object just loaded), so no thread decodes the bytes while
-        // they change. The new bytes keep every instruction boundary a
-        // thread could return to (after a 5- or 6-byte call).
-        unsafe { text::write_bytes(s.addr, bytes) };
+    let w = text::Writable::open(ranges().chain((total > 0).then_some((area, total))), &what)?;
+    // Every page written below, made private and writable in one call per
+    // run instead of a fault per page.
+    for &(a, n) in w.runs() {
+        text::populate_write(a, n as u64);
     }
+    let mut next = area;
+    // No other thread runs (the caller checked), and no signal handler of
+    // the program runs on this one while a site is half written.
+    crate::procinfo::with_async_signals_blocked(|| {
+        for (k, s) in found.iter().enumerate() {
+            if let (Some(Fixup::Move), Layout::Moved { prologue, call, .. }) = (s.fixup, s.layout) {
+                let (p, c) = (u64::from(prologue), u64::from(call));
+                let stub = next;
+                next += stub_len(s);
+                let mut code = [0xccu8; 64];
+                // SAFETY: the prologue is mapped code of this object (the
+                // classifier read these 48 bytes, inside the object).
+                let old = unsafe { text::read::<48>(s.addr) };
+                code[..p as usize].copy_from_slice(&old[..p as usize]);
+                code[p as usize..p as usize + 5]
+                    .copy_from_slice(&sites::jmp5(stub + p, s.addr + p + c));
+                // SAFETY: our fresh mapping, writable through `w`; nothing
+                // jumps to it yet.
+                unsafe { text::write_fresh(stub, &code[..p as usize + 5]) };
+                // The function now starts with a jump to the stub (the
+                // site's off state); the rest of the old prologue and the
+                // call are never executed again and become `int3`s.
+                let mut head = [0xccu8; 64];
+                head[..5].copy_from_slice(&sites::jmp5(s.addr, stub));
+                // SAFETY: writable (`w`); no other thread can be inside
+                // these bytes (the caller checked: one thread, or an object
+                // just loaded), so none decodes them while they change.
+                unsafe { text::write_bytes(s.addr, &head[..(p + c) as usize]) };
+                moved[k] = stub;
+                continue;
+            }
+            let call6 = [
+                int3::NOP5[0],
+                int3::NOP5[1],
+                int3::NOP5[2],
+                int3::NOP5[3],
+                int3::NOP5[4],
+                0x90,
+            ];
+            let bytes: &[u8] = match s.fixup {
+                Some(Fixup::Nop5 | Fixup::Call5) => &int3::NOP5,
+                Some(Fixup::Call6) => &call6,
+                Some(Fixup::Nop2) => &sites::PREFIX_OFF,
+                Some(Fixup::Move) | None => continue,
+            };
+            // SAFETY: the pages are writable (`w`) and no other thread can
+            // be inside these NOP runs or calls (the caller checked: one
+            // thread, or an object just loaded), so no thread decodes the
+            // bytes while they change. The new bytes keep every
+            // instruction boundary a thread could return to (after a 5- or
+            // 6-byte call).
+            unsafe { text::write_bytes(s.addr, bytes) };
+        }
+    });
+    drop(w);
     Ok(moved)
 }
 
@@ -670,13 +689,13 @@ fn wrappers(o: &Object, what: &str) -> Result<u64, PatchError> {
     let near = |t: u64| patch::stubs::stub(t, area, area + len, what);
     let enter = near(tramp::fntrace_site_entry as *const () as u64)?;
     let exit = near(tramp::fntrace_site_exit as *const () as u64)?;
-    let _w = text::Writable::open(&[(area, len)], what)?;
+    let _w = text::Writable::open([(area, len)], what)?;
     text::populate_write(area, len);
     for (k, s) in o.sites.iter().enumerate() {
         let at = area + k as u64 * wrapper::SIZE;
         // SAFETY: our fresh mapping, writable through `_w`; no site jumps
         // here yet.
-        unsafe { text::write_bytes(at, &wrapper::code(at, s.func, body(o, k), enter, exit)) };
+        unsafe { text::write_fresh(at, &wrapper::code(at, s.func, body(o, k), enter, exit)) };
     }
     Ok(area)
 }
@@ -684,63 +703,73 @@ fn wrappers(o: &Object, what: &str) -> Result<u64, PatchError> {
 /// Switches the sites of `o` whose state differs from `want`.
 fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
     let what = o.path.display().to_string();
-    let mut todo: Vec<usize> = Vec::with_capacity(o.sites.len());
-    todo.extend((0..o.sites.len()).filter(|&k| o.on[k] != want[k]));
-    if todo.is_empty() {
+    // Sites to change, by index (iterated, not listed: a large program's
+    // start-up switches 100,000 sites, and every page of a list is a
+    // fault).
+    let n = o.sites.len();
+    if (0..n).all(|k| o.on[k] == want[k]) {
         return Ok(Changed::default());
     }
     if o.wrappers == 0 {
         o.wrappers = wrappers(o, &what)?;
         crate::diag::step("wrappers");
     }
-    let wrapper_of = |k: usize| o.wrappers + k as u64 * wrapper::SIZE;
-    let mut ranges = Vec::with_capacity(todo.len());
-    for &k in &todo {
-        let s = o.sites[k];
-        match s.layout {
-            Layout::Nop5 { .. } | Layout::Moved { .. } => ranges.push((s.addr, 5)),
-            Layout::Prefix => ranges.push((s.func - 7, s.addr + 2 - (s.func - 7))),
-        }
-    }
-    let w = text::Writable::open(&ranges, &what)?;
+    let w = {
+        let o = &*o;
+        text::Writable::open(
+            (0..n).filter(|&k| o.on[k] != want[k]).map(|k| {
+                let s = o.sites[k];
+                match s.layout {
+                    Layout::Nop5 { .. } | Layout::Moved { .. } => (s.addr, 5),
+                    Layout::Prefix => (s.func - 7, s.addr + 2 - (s.func - 7)),
+                }
+            }),
+            &what,
+        )?
+    };
     crate::diag::step("writable");
     // Prefix sites: the prefix first (unreachable while the entry holds
     // its 2-byte NOP), every core serialised, then the 2-byte switches.
-    let mut pokes = Vec::with_capacity(todo.len());
     let mut wrote_prefix = false;
-    for &k in &todo {
+    for (k, &on) in want.iter().enumerate() {
         let s = o.sites[k];
-        if let (Layout::Prefix, true, false) = (s.layout, want[k], o.prefixed[k]) {
+        if o.on[k] != on && (s.layout, on, o.prefixed[k]) == (Layout::Prefix, true, false) {
             // SAFETY: the prefix lies before the function, is never
             // executed while the switch holds `66 90`, and is writable.
-            unsafe { text::write_bytes(s.func - 7, &sites::prefix7(s.func, wrapper_of(k))) };
+            unsafe {
+                text::write_bytes(
+                    s.func - 7,
+                    &sites::prefix7(s.func, o.wrappers + k as u64 * wrapper::SIZE),
+                )
+            };
             o.prefixed[k] = true;
             wrote_prefix = true;
-        }
-        match s.layout {
-            Layout::Nop5 { .. } => {
-                let new = if want[k] {
-                    sites::jmp5(s.addr, wrapper_of(k))
-                } else {
-                    o.nop[k]
-                };
-                pokes.push((s.addr, new));
-            }
-            Layout::Moved { .. } => {
-                let to = if want[k] { wrapper_of(k) } else { o.moved[k] };
-                pokes.push((s.addr, sites::jmp5(s.addr, to)));
-            }
-            Layout::Prefix => {}
         }
     }
     if wrote_prefix {
         patch::sync::serialize_all(w.runs()[0].0);
     }
-    let mut c = Changed::default();
-    for &k in &todo {
+    // The 5 bytes a site of the other layouts gets.
+    let poke = |o: &Object, k: usize| -> Option<(u64, [u8; 5])> {
         let s = o.sites[k];
-        if s.layout == Layout::Prefix {
-            let pair = if want[k] {
+        let to = |on: bool, off: u64| {
+            if on {
+                o.wrappers + k as u64 * wrapper::SIZE
+            } else {
+                off
+            }
+        };
+        match s.layout {
+            Layout::Nop5 { .. } if want[k] => Some((s.addr, sites::jmp5(s.addr, to(true, 0)))),
+            Layout::Nop5 { .. } => Some((s.addr, o.nop[k])),
+            Layout::Moved { .. } => Some((s.addr, sites::jmp5(s.addr, to(want[k], o.moved[k])))),
+            Layout::Prefix => None,
+        }
+    };
+    for (k, &on) in want.iter().enumerate() {
+        let s = o.sites[k];
+        if o.on[k] != on && s.layout == Layout::Prefix {
+            let pair = if on {
                 sites::prefix_on(s.func, s.addr)
             } else {
                 sites::PREFIX_OFF
@@ -750,10 +779,35 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
             unsafe { text::store2(s.addr, pair) };
         }
     }
-    int3::poke5(&w, &pokes);
-    for &k in &todo {
-        o.on[k] = want[k];
-        if want[k] {
+    if single_threaded() {
+        // No other thread can decode a site while it changes, and no
+        // signal handler runs on this one meanwhile: each site is written
+        // in place, without the `int3` protocol and its serialisations
+        // (a large program's start-up: 100,000 sites).
+        let o = &*o;
+        crate::procinfo::with_async_signals_blocked(|| {
+            for (a, new) in (0..n)
+                .filter(|&k| o.on[k] != want[k])
+                .filter_map(|k| poke(o, k))
+            {
+                // SAFETY: writable (`w`); see above.
+                unsafe { text::write_bytes(a, &new) };
+            }
+        });
+    } else {
+        let pokes: Vec<(u64, [u8; 5])> = (0..n)
+            .filter(|&k| o.on[k] != want[k])
+            .filter_map(|k| poke(o, k))
+            .collect();
+        int3::poke5(&w, &pokes);
+    }
+    let mut c = Changed::default();
+    for (k, &on) in want.iter().enumerate() {
+        if o.on[k] == on {
+            continue;
+        }
+        o.on[k] = on;
+        if on {
             c.on += 1;
         } else {
             c.off += 1;

@@ -62,7 +62,7 @@ pub fn stub(target: u64, lo: u64, hi: u64, what: &str) -> Result<u64, PatchError
     let mut code = [0u8; 16];
     code[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
     code[6..14].copy_from_slice(&target.to_le_bytes());
-    let w = super::text::Writable::open(&[(addr, STUB)], "fntrace stub page")?;
+    let w = super::text::Writable::open([(addr, STUB)], "fntrace stub page")?;
     // SAFETY: the slot is ours, unused (no code jumps to it yet) and
     // writable through `w`.
     unsafe { super::text::write_bytes(addr, &code) };

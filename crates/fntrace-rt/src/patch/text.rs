@@ -18,26 +18,11 @@ pub struct Writable {
 impl Writable {
     /// Makes the pages covering every `(address, length)` range writable.
     /// `what` names the object for error messages.
-    pub fn open(ranges: &[(u64, u64)], what: &str) -> Result<Writable, PatchError> {
-        let mut pages: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
-        pages.extend(
-            ranges
-                .iter()
-                .filter(|r| r.1 > 0)
-                .map(|&(a, n)| (a & !(PAGE - 1), (a + n - 1) & !(PAGE - 1))),
-        );
-        pages.sort_unstable();
-        let mut runs: Vec<(u64, usize)> = vec![];
-        for (first, last) in pages {
-            if let Some(r) = runs.last_mut() {
-                let end = r.0 + r.1 as u64;
-                if first <= end {
-                    r.1 = ((last + PAGE).max(end) - r.0) as usize;
-                    continue;
-                }
-            }
-            runs.push((first, (last + PAGE - first) as usize));
-        }
+    pub fn open<R: core::borrow::Borrow<(u64, u64)>>(
+        ranges: impl IntoIterator<Item = R>,
+        what: &str,
+    ) -> Result<Writable, PatchError> {
+        let runs = page_runs(ranges);
         let mut w = Writable { runs: vec![] };
         for (start, len) in runs {
             // SAFETY: changes the protection of mapped code pages only
@@ -86,6 +71,48 @@ impl Drop for Writable {
     }
 }
 
+/// The runs of whole pages (start, length) covering `ranges` (address,
+/// length; empty ones ignored), sorted and merged where they touch.
+fn page_runs<R: core::borrow::Borrow<(u64, u64)>>(
+    ranges: impl IntoIterator<Item = R>,
+) -> Vec<(u64, usize)> {
+    // Runs of whole pages, merged in one pass over ranges sorted by
+    // address (a large program's 100,000 sites are); a range before
+    // the last run (a stub area listed after an object's sites) is set
+    // aside and merged at the end.
+    fn merge(runs: &mut Vec<(u64, usize)>, (first, last): (u64, u64)) -> bool {
+        if let Some(r) = runs.last_mut() {
+            if first < r.0 {
+                return false;
+            }
+            let end = r.0 + r.1 as u64;
+            if first <= end {
+                r.1 = ((last + PAGE).max(end) - r.0) as usize;
+                return true;
+            }
+        }
+        runs.push((first, (last + PAGE - first) as usize));
+        true
+    }
+    let pages = |&(a, n): &(u64, u64)| (a & !(PAGE - 1), (a + n - 1) & !(PAGE - 1));
+    let mut runs: Vec<(u64, usize)> = vec![];
+    let mut late: Vec<(u64, u64)> = vec![];
+    for r in ranges {
+        let r = r.borrow();
+        if r.1 > 0 && !merge(&mut runs, pages(r)) {
+            late.push(pages(r));
+        }
+    }
+    if !late.is_empty() {
+        late.extend(runs.drain(..).map(|(a, n)| (a, a + n as u64 - PAGE)));
+        late.sort_unstable();
+        for p in late {
+            merge(&mut runs, p);
+        }
+    }
+    runs
+}
+
 /// Writes `bytes` at `addr`, byte by byte, in order.
 ///
 /// # Safety
@@ -98,6 +125,18 @@ pub unsafe fn write_bytes(addr: u64, bytes: &[u8]) {
         // SAFETY: the caller's contract.
         unsafe { core::ptr::write_volatile((addr + i as u64) as *mut u8, b) };
     }
+}
+
+/// Copies `bytes` to `addr` in one block (no order between bytes): for
+/// fresh stubs and wrappers no thread can reach yet.
+///
+/// # Safety
+/// `addr..addr + bytes.len()` must lie in a page made writable by a live
+/// [`Writable`], and nothing may execute or jump to those bytes until the
+/// caller publishes them.
+pub unsafe fn write_fresh(addr: u64, bytes: &[u8]) {
+    // SAFETY: the caller's contract; the source is a distinct slice.
+    unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
 }
 
 /// Stores two bytes of code with one 16-bit store, which x86 makes atomic
@@ -151,4 +190,54 @@ pub fn populate_write(addr: u64, len: u64) {
     // SAFETY: only faults in pages of a mapping the caller made writable;
     // populating changes no contents.
     unsafe { libc::madvise(addr as *mut libc::c_void, len as usize, MADV_POPULATE_WRITE) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-pass merge gives the runs of a sort-then-merge, for sorted
+    /// ranges, sorted ranges with stragglers, and shuffled ones.
+    #[test]
+    fn page_runs_match_sorting_every_page() {
+        let naive = |ranges: &[(u64, u64)]| {
+            let mut pages: Vec<u64> = ranges
+                .iter()
+                .filter(|r| r.1 > 0)
+                .flat_map(|&(a, n)| (a / PAGE..=(a + n - 1) / PAGE).map(|p| p * PAGE))
+                .collect();
+            pages.sort_unstable();
+            pages.dedup();
+            let mut runs: Vec<(u64, usize)> = vec![];
+            for p in pages {
+                match runs.last_mut() {
+                    Some(r) if r.0 + r.1 as u64 == p => r.1 += PAGE as usize,
+                    _ => runs.push((p, PAGE as usize)),
+                }
+            }
+            runs
+        };
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for round in 0..200 {
+            let n = 1 + rnd(300) as usize;
+            let mut v: Vec<(u64, u64)> = (0..n)
+                .map(|_| (0x40_0000 + rnd(64 * PAGE), rnd(3 * PAGE)))
+                .collect();
+            match round % 3 {
+                0 => v.sort_unstable(),
+                1 => {
+                    v.sort_unstable();
+                    v.push((0x10_0000 + rnd(8 * PAGE), 1 + rnd(4 * PAGE)));
+                }
+                _ => {}
+            }
+            assert_eq!(page_runs(&v), naive(&v), "{v:?}");
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::ffi::CStr;
 
 pub mod policy;
 mod symbols;
-pub use symbols::{demangle, module_function_ranges, module_functions, module_symbols};
+pub use symbols::{demangle, module_function_starts, module_functions, module_symbols};
 
 /// One loaded object, as [`for_each_module`] reports it.
 pub struct LoadedModule<'a> {
@@ -185,16 +185,25 @@ pub fn for_each_module(mut f: impl FnMut(&LoadedModule<'_>)) {
 }
 
 /// Runs `spawn`, which starts one of the runtime's own threads, with the
-/// program's asynchronous signals blocked in the calling thread, so that
-/// the new thread starts with them blocked and keeps them so: a
-/// process-directed signal (the `SIGPROF` of a `-pg` program's profiling
-/// timer, a `SIGINT`, a `SIGCHLD`) then goes to one of the program's
-/// threads, as without the runtime. (A `SIGPROF` taken by a runtime thread
-/// once killed a `-pg` program whose threads all blocked it: it arrived
-/// after glibc's exit code had restored the default action.) `SIGTRAP`
-/// and the signals of faults stay unblocked: code patching and crash
-/// handling need them.
+/// program's asynchronous signals blocked in the calling thread
+/// ([`with_async_signals_blocked`]), so that the new thread starts with
+/// them blocked and keeps them so: a process-directed signal (the
+/// `SIGPROF` of a `-pg` program's profiling timer, a `SIGINT`, a
+/// `SIGCHLD`) then goes to one of the program's threads, as without the
+/// runtime. (A `SIGPROF` taken by a runtime thread once killed a `-pg`
+/// program whose threads all blocked it: it arrived after glibc's exit
+/// code had restored the default action.)
 pub fn spawn_with_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
+    with_async_signals_blocked(spawn)
+}
+
+/// Runs `f` with every asynchronous signal blocked in the calling thread,
+/// then restores its mask. `SIGTRAP` and the signals of faults stay
+/// unblocked: code patching and crash handling need them. Used around
+/// code written in place without the `int3` protocol (no other thread
+/// exists), so that no signal handler of the program runs on this thread
+/// while an instruction is half written.
+pub fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     // SAFETY: sigset_t is plain data, filled in by sigfillset/
     // pthread_sigmask before use; the mask is the calling thread's own and
     // restored before returning.
@@ -213,7 +222,7 @@ pub fn spawn_with_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
             libc::sigdelset(&mut all, s);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-        let r = spawn();
+        let r = f();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         r
     }
