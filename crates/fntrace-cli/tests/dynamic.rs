@@ -213,14 +213,35 @@ fn entry_bytes(pid: u32, bin: &Path, f: &str) -> Vec<u8> {
     } else {
         0
     };
-    let mut b = vec![0u8; 12];
+    let mut b = vec![0u8; 32];
     let f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
     std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, base + sym.address()).unwrap();
     if b[..4] == [0xf3, 0x0f, 0x1e, 0xfa] {
         b.drain(..4);
     }
-    b.truncate(8);
+    b.truncate(24);
     b
+}
+
+/// The bytes after the frame set-up of a `gcc -pg` function's entry (as
+/// [`entry_bytes`] reads them): `push rbp; mov rbp, rsp`, then any pushes
+/// and `sub rsp`, then where its `call mcount` was.
+fn after_prologue(b: &[u8]) -> &[u8] {
+    assert_eq!(
+        b[..4],
+        [0x55, 0x48, 0x89, 0xe5],
+        "not a -pg prologue: {b:02x?}"
+    );
+    let mut p = 4;
+    loop {
+        p += match b[p..] {
+            [0x50..=0x57, ..] => 1,
+            [0x41, 0x50..=0x57, ..] => 2,
+            [0x48, 0x83, 0xec, ..] => 4,
+            [0x48, 0x81, 0xec, ..] => 7,
+            _ => return &b[p..],
+        };
+    }
 }
 
 fn is_nop_entry(b: &[u8]) -> bool {
@@ -241,23 +262,44 @@ fn mcount_and_fentry_calls_become_switchable_sites() {
         ("mcount-nopie", &["-pg", "-no-pie", "-fno-pie"]),
         ("mcount-cet", &["-pg", "-fcf-protection=full"]),
     ];
-    for (name, flags) in modes {
+    // A small mcount program's prologues are moved at start by default;
+    // with FNTRACE_CONVERT_AT_START=0 its calls are converted in place on
+    // a runtime thread, as a large program's are.
+    let runs = modes.iter().flat_map(|&(name, flags)| {
+        let later = name.starts_with("mcount").then_some((name, flags, true));
+        [(name, flags, false)].into_iter().chain(later)
+    });
+    for (name, flags, later) in runs {
         let mcount = name.starts_with("mcount");
         let bin = gcc(d.path(), &format!("{SRC}/live.c"), name, flags);
+        let env: &[(&str, &str)] = if later {
+            &[("FNTRACE_CONVERT_AT_START", "0")]
+        } else {
+            &[]
+        };
+        let name = &format!("{name}{}", if later { " later" } else { "" });
         let data = d.path().join("t.data");
-        // Recorded without -F/-N: every `call __fentry__` was rewritten
-        // into a site, switched on (a jump to the function's wrapper).
-        // (`call __fentry__`s are rewritten by a runtime thread while the
-        // program runs; a control request waits for that, or does it.)
-        let (mut child, mut w, mut r, pid) = record_live_with(&data, &[], &[], &bin);
+        let (mut child, mut w, mut r, pid) = record_live_with(&data, &[], env, &bin);
         round(&mut w, &mut r);
         let o = Command::new(fntrace_bin())
             .args(["live", &pid.to_string(), "status"])
             .output()
             .unwrap();
         assert!(o.status.success(), "{name}: {o:?}");
-        for f in ["hot_a", "hot_b", "main"] {
+        // A switched-on site is a jump: at an fentry function's entry or
+        // an mcount function's moved prologue; at an mcount function's
+        // `call mcount` converted in place while the program runs (its
+        // prologue stays).
+        let site = |f: &str| {
             let b = entry_bytes(pid, &bin, f);
+            if later {
+                after_prologue(&b).to_vec()
+            } else {
+                b
+            }
+        };
+        for f in ["hot_a", "hot_b", "main"] {
+            let b = site(f);
             assert_eq!(b[0], 0xe9, "{name}: {f} not switched on: {b:02x?}");
         }
         // Wrappers and stubs are mapped near the code, but never near
@@ -281,11 +323,11 @@ fn mcount_and_fentry_calls_become_switchable_sites() {
             String::from_utf8_lossy(&o.stderr)
         );
         assert!(out.contains("ok 1 functions disabled"), "{name}: {out}");
-        let b = entry_bytes(pid, &bin, "hot_b");
-        if mcount {
-            // Off, an mcount function jumps to its moved prologue instead
-            // of its wrapper.
-            let a = entry_bytes(pid, &bin, "hot_a");
+        let b = site("hot_b");
+        if mcount && !later {
+            // Off, a moved prologue's entry jumps to the prologue instead
+            // of the wrapper.
+            let a = site("hot_a");
             assert!(
                 b[0] == 0xe9 && a[1..5] != b[1..5],
                 "{name}: {a:02x?} {b:02x?}"
@@ -306,11 +348,8 @@ fn mcount_and_fentry_calls_become_switchable_sites() {
         round(&mut w, &mut r);
         let b = entry_bytes(pid, &bin, "hot_a");
         let kept = |b: &[u8]| {
-            if mcount {
-                b[..4] == [0x55, 0x48, 0x89, 0xe5]
-            } else {
-                b[0] == 0xe8 || b[..2] == [0xff, 0x15]
-            }
+            let b = if mcount { after_prologue(b) } else { b };
+            b[0] == 0xe8 || b[..2] == [0xff, 0x15]
         };
         assert!(kept(&b), "{name}: {b:02x?}");
         drop(w);

@@ -190,8 +190,9 @@ fn fib_call_count_for_each_gcc_mechanism() {
     }
 }
 
-/// A large `-pg -mfentry` program starts while its `call __fentry__`s are
-/// still being rewritten on a runtime thread: calls made before go
+/// A large `-pg -mfentry` (and `-pg`) program starts while its `call
+/// __fentry__`s (`call mcount`s) are still being rewritten on a runtime
+/// thread: calls made before go
 /// through the hooks (exits by hijacked returns), calls made after through
 /// the call wrappers, and calls made during the change may trap on a
 /// half-written site. The program recurses from its first instruction
@@ -207,7 +208,7 @@ fn fib_call_count_for_each_gcc_mechanism() {
 /// library (which takes the locks the change held) and records its own
 /// calls.
 #[test]
-fn fentry_calls_converted_while_the_program_runs_keep_the_tree() {
+fn hook_calls_converted_while_the_program_runs_keep_the_tree() {
     const FILLER: usize = 20_000;
     const ROUNDS: u64 = 100;
     const CHILD_ROUNDS: u64 = 10;
@@ -273,9 +274,15 @@ int main(int argc, char **argv) {
     let mut depths = HashMap::new();
     // main at depth 0, outer at 1, the outermost fib at 2.
     sim(20, 2, &mut one, &mut depths);
-    for (name, extra) in [("pie", &[][..]), ("nopie", &["-no-pie", "-fno-pie"][..])] {
+    let nopie = &["-no-pie", "-fno-pie"][..];
+    for (name, extra) in [
+        ("pie", &["-mfentry"][..]),
+        ("nopie", &["-mfentry", nopie[0], nopie[1]][..]),
+        ("mcount-pie", &[][..]),
+        ("mcount-nopie", nopie),
+    ] {
         let bin = d.path().join(format!("conv-{name}"));
-        let mut a = vec!["-O2", "-fno-optimize-sibling-calls", "-pg", "-mfentry"];
+        let mut a = vec!["-O2", "-fno-optimize-sibling-calls", "-pg"];
         a.extend(extra);
         a.extend(["-o", bin.to_str().unwrap(), c.to_str().unwrap(), "-ldl"]);
         compile("gcc", &a);
@@ -283,8 +290,10 @@ int main(int argc, char **argv) {
             std::fs::remove_file(p).unwrap();
         }
         let (r, cr) = (ROUNDS.to_string(), CHILD_ROUNDS.to_string());
+        // Converted on the thread whatever the program's size.
         let out = common::record_cmd(&d.path().join("t.data"), &[], &bin, &[&r, &cr])
             .env("FNTRACE_STARTUP_STEPS", "1")
+            .env("FNTRACE_CONVERT_AT_START", "0")
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -591,6 +600,45 @@ fn rust_mcount_and_patchable_caught_panics_and_backtraces() {
         assert_eq!(calls(&m, "panic::after"), 50, "{name}: {m:?}");
         assert_eq!(inc, 0, "{name}");
     }
+}
+
+/// A Rust `-Zinstrument-mcount` program whose `call mcount`s are
+/// converted while it runs: rustc saves the callee-saved registers and
+/// moves arguments into them before the call, so the stub a converted
+/// call jumps to must reload them before the prologue runs again. Its
+/// output depends on every register surviving every call; the trace must
+/// hold each call under its caller, as many as the program counted.
+#[test]
+fn rust_mcount_calls_converted_while_the_program_runs_keep_registers_and_tree() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(d.path(), "regs.rs", "regs", &["-Zinstrument-mcount"]);
+    let plain = run_plain(&bin, &["300"]);
+    // A small program's `call mcount`s are converted at start unless
+    // asked otherwise.
+    let out = common::record_cmd(&d.path().join("t.data"), &[], &bin, &["300"])
+        .env("FNTRACE_STARTUP_STEPS", "1")
+        .env("FNTRACE_CONVERT_AT_START", "0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), plain);
+    assert!(
+        err.contains("hook calls converted on a runtime thread") && err.contains(" 0 left to"),
+        "{err}"
+    );
+    let v: Vec<u64> = plain
+        .split_whitespace()
+        .map(|w| w.parse().unwrap())
+        .collect();
+    let (walks, leaves) = (v[1], v[2]);
+    let t = common::call_tree(&d.path().join("t.data"));
+    assert_eq!(t.incomplete, 0);
+    let edge = |p: &str, c: &str| t.edges.get(&(p.into(), c.into())).copied();
+    assert_eq!(edge("regs::main", "regs::round"), Some(300));
+    assert_eq!(edge("regs::round", "regs::walk"), Some(300));
+    assert_eq!(edge("regs::walk", "regs::walk"), Some(walks - 300));
+    assert_eq!(edge("regs::walk", "regs::leaf"), Some(leaves));
 }
 
 /// Rust panics caught by `catch_unwind` three traced frames up, on four

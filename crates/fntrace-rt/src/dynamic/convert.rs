@@ -1,44 +1,58 @@
-//! The `call __fentry__`s the start-up scan leaves to a runtime thread
-//! ([`set_convert_later`]): which objects qualify, converting them while
-//! the program runs ([`convert_pending`]), requests that must see them
-//! converted first ([`settle`]), and the `fork` gate that keeps a child
-//! from inheriting the locks the conversion holds. Part of `dynamic`: it
-//! uses its registry, classification and call wrappers.
+//! The `call __fentry__`s and `call mcount`s the start-up scan leaves to a
+//! runtime thread ([`set_convert_later`]): which objects qualify,
+//! converting them while the program runs ([`convert_pending`]), requests
+//! that must see them converted first ([`settle`]), and the `fork` gate
+//! that keeps a child from inheriting the locks the conversion holds. Part
+//! of `dynamic`: it uses its registry, classification and call wrappers.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::sites::{self, Fixup, Site};
+use super::sites::{self, Fixup, Layout, Site};
 use super::{
-    Changed, Found, Object, REG, Registry, find_sites, read_code, wanted, wrapper, wrappers,
+    Changed, Found, Object, REG, Registry, find_sites, on_target, read_code, wanted, wrapper,
+    wrappers,
 };
 use crate::patch::{self, PatchError, int3, text};
 
-/// Whether the first scan leaves objects whose only sites are `call
-/// __fentry__`s to [`convert_pending`] (see [`set_convert_later`]).
+/// Whether the first scan leaves objects whose only sites are hook calls
+/// to [`convert_pending`] (see [`set_convert_later`]).
 pub(super) static CONVERT_LATER: AtomicBool = AtomicBool::new(false);
 
 /// Asks the first scan (at start-up, before a second thread runs the
-/// program's code) not to rewrite the `call __fentry__` sites of an object
-/// whose sites are nothing else, but to leave them to [`convert_pending`],
-/// which rewrites each call straight into the jump to its call wrapper
-/// with the breakpoint protocol while the program runs. Until then the
-/// hooks record those calls. This takes the classification, the wrappers
-/// and the code writes of a large program (15 ms for 100,000 functions)
-/// off its start. Objects with one-byte NOP runs, patchable entries or
-/// `call mcount` prologues are rewritten at start as before (moving a
-/// prologue, or a NOP run another thread may be inside, is not safe
-/// while the program runs).
-pub fn set_convert_later(on: bool) {
+/// program's code) not to rewrite the `call __fentry__` and `call mcount`
+/// sites of an object whose sites are nothing else, but to leave them to
+/// [`convert_pending`], which rewrites each call with the breakpoint
+/// protocol while the program runs: a `call __fentry__` straight into the
+/// jump to its call wrapper, a `call mcount` into a jump to a stub that
+/// undoes the prologue before the wrapper ([`sites::mcount_undo`]). Until
+/// then the hooks record those calls. This takes the classification, the
+/// wrappers and the code writes of a large program (15–20 ms for 100,000
+/// functions) off its start. Objects with one-byte NOP runs or patchable
+/// entries are rewritten at start as before (a NOP run another thread may
+/// be inside cannot change while the program runs).
+///
+/// `mcount_by_size`: an object with `call mcount`s is left to the thread
+/// only if it has more than [`crate::config::LAZY_MCOUNT_SYMBOLS`]
+/// symbols (a converted `call mcount` costs about 1.5 ns more per call
+/// than a moved prologue, which a small object can afford to have
+/// rewritten at start).
+pub fn set_convert_later(on: bool, mcount_by_size: bool) {
     CONVERT_LATER.store(on, Ordering::Release);
+    MCOUNT_BY_SIZE.store(mcount_by_size, Ordering::Release);
 }
 
+/// See [`set_convert_later`].
+static MCOUNT_BY_SIZE: AtomicBool = AtomicBool::new(true);
+
 /// Whether every listed entry of `f` is a hook call and it calls
-/// `__fentry__` only (what [`convert_pending`] can rewrite while the
+/// `__fentry__` or `mcount` (what [`convert_pending`] can rewrite while the
 /// program runs).
 pub(super) fn deferrable(f: &Found) -> bool {
-    f.mcount_slots.is_empty()
-        && !f.fentry_slots.is_empty()
+    !(f.mcount_slots.is_empty() && f.fentry_slots.is_empty())
+        && (f.mcount_slots.is_empty()
+            || !MCOUNT_BY_SIZE.load(Ordering::Acquire)
+            || f.symbols > crate::config::LAZY_MCOUNT_SYMBOLS)
         && f.entries.iter().all(|&e| {
             let c = read_code(e, 2);
             c[0] == 0xe8 || c[..] == [0xff, 0x15]
@@ -76,20 +90,33 @@ pub fn has_pending() -> bool {
         .is_empty()
 }
 
-/// Rewrites the `call __fentry__` sites of the objects the first scan
-/// left pending ([`set_convert_later`]) while the program runs: each call
-/// becomes the jump to its call wrapper (a 6-byte call, the jump and a
-/// one-byte NOP) if the rules select it, a NOP otherwise, with the
-/// breakpoint protocol. A thread that traps on a site while it changes
-/// resumes in its wrapper (the new state) or after the call (for a site
+/// Rewrites the hook calls of the objects the first scan left pending
+/// ([`set_convert_later`]) while the program runs: each call becomes a
+/// jump (a 6-byte call: the jump and a one-byte NOP) if the rules select
+/// it, a NOP otherwise, with the breakpoint protocol. A `call __fentry__`
+/// jumps to its call wrapper; a `call mcount` to its undo stub
+/// ([`sites::Layout::McountCall`]), which takes the thread back to the
+/// state at the function's entry and jumps to the wrapper, whose body is
+/// a copy of the prologue. A thread that traps on a site while it changes
+/// resumes where the new state goes, or after the call (for a site
 /// switched off: neither state records). A call made through the hook
 /// before its site changed is recorded by the hooks, its exit by the
-/// hijacked return, which still works after the change. Holds the code
-/// lock and the registry throughout, and `fork` waits for it (see
-/// [`fork_gate`]), so that a child never inherits either lock held.
-/// Returns what changed and how many objects could not be converted so
-/// far, by any caller (their calls stay with the hooks).
+/// hijacked return, which still works after the change (the bytes after
+/// the call, where a hook returns, never change). Holds the code lock and
+/// the registry throughout, and `fork` waits for it (see [`fork_gate`]),
+/// so that a child never inherits either lock held. Returns what changed
+/// and how many objects kept some of their hook calls so far, by any
+/// caller (not converted, or with `mcount` prologues that cannot be
+/// undone: those calls stay with the hooks).
 pub fn convert_pending() -> (Changed, usize) {
+    let (c, failed, _) = convert_pending_counted();
+    (c, failed)
+}
+
+/// [`convert_pending`], also returning how many functions of converted
+/// objects kept their hook calls so far (`mcount` prologues that cannot
+/// be undone).
+pub fn convert_pending_counted() -> (Changed, usize, usize) {
     let _gate = fork_gate::Held::take();
     let _code = patch::lock();
     let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
@@ -111,7 +138,7 @@ pub fn convert_pending() -> (Changed, usize) {
             }
         }
     }
-    (total, reg.convert_failed)
+    (total, reg.convert_failed, reg.left_to_hooks)
 }
 
 /// [`convert_pending`] for one object.
@@ -126,7 +153,7 @@ fn convert_object(reg: &mut Registry, p: Pending) -> Result<Changed, PatchError>
     let what = path.display().to_string();
     let policy = found.policy.clone();
     let mut skipped = vec![];
-    let mut sites = find_sites(
+    let sites = find_sites(
         start,
         size,
         bias,
@@ -135,8 +162,45 @@ fn convert_object(reg: &mut Registry, p: Pending) -> Result<Changed, PatchError>
         &mut Some(true),
         &mut skipped,
     );
-    // Only rewritten hook calls (a deferred object has no other sites).
-    sites.retain(|s| matches!(s.fixup, Some(Fixup::Call5 | Fixup::Call6)));
+    // Only rewritten hook calls (a deferred object has no other sites);
+    // a moved `call mcount` prologue becomes a switchable call when its
+    // prologue can be undone, and stays with the hooks otherwise.
+    let mut left = 0;
+    let sites: Vec<Site> = sites
+        .into_iter()
+        .filter_map(|s| match (s.fixup, s.layout) {
+            (Some(Fixup::Call5 | Fixup::Call6), _) => Some(s),
+            (
+                Some(Fixup::Move),
+                Layout::Moved {
+                    endbr,
+                    prologue,
+                    call,
+                },
+            ) if sites::mcount_undo(&read_code(s.addr, prologue.into())).is_some() => Some(Site {
+                addr: s.addr + u64::from(prologue),
+                func: s.func,
+                layout: Layout::McountCall {
+                    endbr,
+                    prologue,
+                    call,
+                },
+                fixup: Some(if call == 6 {
+                    Fixup::Call6
+                } else {
+                    Fixup::Call5
+                }),
+            }),
+            _ => {
+                left += 1;
+                None
+            }
+        })
+        .collect();
+    reg.left_to_hooks += left;
+    if left > 0 {
+        reg.convert_failed += 1;
+    }
     let n = sites.len();
     let mut o = Object::new(
         (path, start, size, bias),
@@ -150,7 +214,61 @@ fn convert_object(reg: &mut Registry, p: Pending) -> Result<Changed, PatchError>
         return Ok(Changed::default());
     }
     let want: Vec<bool> = o.sites.iter().map(|s| wanted(reg, &o, s)).collect();
+    // `call mcount` sites: a stub each, the copy of the prologue the
+    // wrapper calls (then a jump past the call), and the undo code the
+    // site jumps to (then a jump to the wrapper).
+    let undo = |s: &Site| match s.layout {
+        Layout::McountCall { prologue, .. } => {
+            let p = u64::from(prologue);
+            sites::mcount_undo(&read_code(s.addr - p, p as usize))
+        }
+        _ => None,
+    };
+    let stub_len = |s: &Site| match (s.layout, undo(s)) {
+        (Layout::McountCall { prologue, .. }, Some((_, u))) => {
+            (u64::from(prologue) + 5 + u as u64 + 5).next_multiple_of(16)
+        }
+        _ => 0,
+    };
+    let total: u64 = o.sites.iter().map(stub_len).sum();
+    let area = if total > 0 {
+        patch::stubs::area_near(o.start, o.start + o.size, total, &what)?
+    } else {
+        0
+    };
+    let mut next = area;
+    for k in 0..n {
+        let l = stub_len(&o.sites[k]);
+        if l > 0 {
+            o.moved[k] = next;
+            next += l;
+        }
+    }
     o.wrappers = wrappers(&o, &what)?;
+    if total > 0 {
+        let w = text::Writable::open([(area, total)], &what)?;
+        text::populate_write(area, total);
+        for (k, s) in o.sites.iter().enumerate() {
+            let (Layout::McountCall { prologue, call, .. }, Some((u, ulen))) = (s.layout, undo(s))
+            else {
+                continue;
+            };
+            let (p, stub) = (usize::from(prologue), o.moved[k]);
+            let mut code = [0xccu8; 128];
+            code[..p].copy_from_slice(&read_code(s.addr - p as u64, p));
+            code[p..p + 5].copy_from_slice(&sites::jmp5(stub + p as u64, s.addr + u64::from(call)));
+            code[p + 5..p + 5 + ulen].copy_from_slice(&u[..ulen]);
+            let j = p + 5 + ulen;
+            code[j..j + 5].copy_from_slice(&sites::jmp5(
+                stub + j as u64,
+                o.wrappers + k as u64 * wrapper::SIZE,
+            ));
+            // SAFETY: our fresh mapping, writable through `w`; no site
+            // jumps here until the pokes below.
+            unsafe { text::write_fresh(stub, &code[..j + 5]) };
+        }
+        drop(w);
+    }
     let len = |s: &Site| {
         if s.fixup == Some(Fixup::Call6) {
             6usize
@@ -164,7 +282,7 @@ fn convert_object(reg: &mut Registry, p: Pending) -> Result<Changed, PatchError>
         .enumerate()
         .map(|(k, s)| {
             let to = if want[k] {
-                o.wrappers + k as u64 * wrapper::SIZE
+                on_target(&o, k)
             } else {
                 s.addr + len(s) as u64
             };
@@ -184,7 +302,7 @@ fn convert_object(reg: &mut Registry, p: Pending) -> Result<Changed, PatchError>
     pokes.extend(o.sites.iter().enumerate().map(|(k, s)| {
         let mut b = [0x90u8; 6];
         b[..5].copy_from_slice(&if want[k] {
-            sites::jmp5(s.addr, o.wrappers + k as u64 * wrapper::SIZE)
+            sites::jmp5(s.addr, on_target(&o, k))
         } else {
             int3::NOP5
         });

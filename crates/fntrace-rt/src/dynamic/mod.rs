@@ -36,7 +36,9 @@ pub use crate::patch::sites;
 mod convert;
 
 use convert::{CONVERT_LATER, Pending, deferrable};
-pub use convert::{convert_pending, has_pending, set_convert_later, settle};
+pub use convert::{
+    convert_pending, convert_pending_counted, has_pending, set_convert_later, settle,
+};
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -127,8 +129,12 @@ struct Registry {
     /// Objects found at start-up whose hook calls [`convert_pending`]
     /// rewrites on a runtime thread (the hooks record them meanwhile).
     pending: Vec<Pending>,
-    /// Pending objects that could not be converted.
+    /// Pending objects that kept some of their hook calls (not converted,
+    /// or with `mcount` prologues that cannot be undone).
     convert_failed: usize,
+    /// Functions of converted objects left to the hooks (`mcount`
+    /// prologues that cannot be undone).
+    left_to_hooks: usize,
 }
 
 static REG: Mutex<Registry> = Mutex::new(Registry {
@@ -139,6 +145,7 @@ static REG: Mutex<Registry> = Mutex::new(Registry {
     skipped: 0,
     pending: vec![],
     convert_failed: 0,
+    left_to_hooks: 0,
 });
 
 /// Set once the first scan ran (later objects are fresh from `dlopen`).
@@ -200,6 +207,8 @@ struct Found {
     fentry_slots: Vec<u64>,
     /// GOT slots bound to `mcount`/`_mcount` (sorted), when converting.
     mcount_slots: Vec<u64>,
+    /// Entries of its symbol table (`.symtab`), a measure of its size.
+    symbols: u64,
 }
 
 /// Finds the sites of one object (by its ELF sections, read from memory,
@@ -239,11 +248,13 @@ fn discover(path: &std::path::Path, bias: u64) -> Option<Found> {
     let policy = crate::procinfo::policy::Policies::read(&obj, bias);
     entries.sort_unstable();
     entries.dedup();
+    let symbols = obj.section_by_name(".symtab").map_or(0, |s| s.size() / 24);
     Some(Found {
         entries,
         policy,
         fentry_slots,
         mcount_slots,
+        symbols,
     })
 }
 
@@ -615,7 +626,7 @@ fn framework_off(o: &Object, s: &Site) -> bool {
         return false;
     };
     let bit = match s.layout {
-        Layout::Moved { .. } => MCOUNT_OFF,
+        Layout::Moved { .. } | Layout::McountCall { .. } => MCOUNT_OFF,
         _ if p.flags & ENTRY_IS_XRAY != 0 => XRAY_OFF,
         _ => FENTRY_OFF,
     };
@@ -671,7 +682,31 @@ fn body(o: &Object, k: usize) -> u64 {
         Layout::Nop5 { .. } if s.fixup == Some(Fixup::Call6) => s.addr + 6,
         Layout::Nop5 { .. } => s.addr + 5,
         Layout::Prefix => s.addr + 2,
-        Layout::Moved { .. } => o.moved[k],
+        Layout::Moved { .. } | Layout::McountCall { .. } => o.moved[k],
+    }
+}
+
+/// Where site `k` of `o` jumps when on: its call wrapper, or for a
+/// converted `call mcount` ([`Layout::McountCall`]) the undo code after
+/// the prologue's copy in its stub, which jumps to the wrapper.
+fn on_target(o: &Object, k: usize) -> u64 {
+    match o.sites[k].layout {
+        Layout::McountCall { prologue, .. } => o.moved[k] + u64::from(prologue) + 5,
+        _ => o.wrappers + k as u64 * wrapper::SIZE,
+    }
+}
+
+/// The function key a site's wrapper records: the function's start, or
+/// for a `call mcount` converted while the program runs
+/// ([`Layout::McountCall`]) the address after the call (what the `mcount`
+/// hook records, gprof's `selfpc`), so that calls recorded by the hook
+/// before the site was converted and by the wrapper after it are one
+/// function. (A prologue moved at start is never mixed with hook calls:
+/// its calls are all recorded by the wrapper.)
+fn key_of(s: &Site) -> u64 {
+    match s.layout {
+        Layout::McountCall { call, .. } => s.addr + u64::from(call),
+        _ => s.func,
     }
 }
 
@@ -695,7 +730,7 @@ fn wrappers(o: &Object, what: &str) -> Result<u64, PatchError> {
         let at = area + k as u64 * wrapper::SIZE;
         // SAFETY: our fresh mapping, writable through `_w`; no site jumps
         // here yet.
-        unsafe { text::write_fresh(at, &wrapper::code(at, s.func, body(o, k), enter, exit)) };
+        unsafe { text::write_fresh(at, &wrapper::code(at, key_of(s), body(o, k), enter, exit)) };
     }
     Ok(area)
 }
@@ -720,7 +755,9 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
             (0..n).filter(|&k| o.on[k] != want[k]).map(|k| {
                 let s = o.sites[k];
                 match s.layout {
-                    Layout::Nop5 { .. } | Layout::Moved { .. } => (s.addr, 5),
+                    Layout::Nop5 { .. } | Layout::Moved { .. } | Layout::McountCall { .. } => {
+                        (s.addr, 5)
+                    }
                     Layout::Prefix => (s.func - 7, s.addr + 2 - (s.func - 7)),
                 }
             }),
@@ -763,6 +800,10 @@ fn switch(o: &mut Object, want: &[bool]) -> Result<Changed, PatchError> {
             Layout::Nop5 { .. } if want[k] => Some((s.addr, sites::jmp5(s.addr, to(true, 0)))),
             Layout::Nop5 { .. } => Some((s.addr, o.nop[k])),
             Layout::Moved { .. } => Some((s.addr, sites::jmp5(s.addr, to(want[k], o.moved[k])))),
+            Layout::McountCall { .. } if want[k] => {
+                Some((s.addr, sites::jmp5(s.addr, on_target(o, k))))
+            }
+            Layout::McountCall { .. } => Some((s.addr, int3::NOP5)),
             Layout::Prefix => None,
         }
     };

@@ -33,7 +33,10 @@
 //! becomes a 5-byte NOP site (plus a one-byte NOP for the 6-byte GOT
 //! form); a prologue followed by `call mcount` (`gcc -pg`, `rustc
 //! -Zinstrument-mcount`, found by [`mcount_call`]) is moved into a stub
-//! and the function starts with a 5-byte `jmp` ([`Layout::Moved`]).
+//! and the function starts with a 5-byte `jmp` ([`Layout::Moved`]). While
+//! other threads run, only the `call mcount` itself can change (one
+//! instruction, with the `int3` protocol): it becomes a jump to code that
+//! undoes the prologue ([`Layout::McountCall`], [`mcount_undo`]).
 
 use std::borrow::Cow;
 
@@ -61,6 +64,21 @@ pub enum Layout {
     /// a 5-byte `jmp` — to the stub when off, to the wrapper when on.
     Moved {
         /// An `endbr64` precedes the site.
+        endbr: bool,
+        /// Bytes of prologue before the call.
+        prologue: u8,
+        /// Bytes of the call (5 or 6).
+        call: u8,
+    },
+    /// `gcc -pg`/`rustc -Zinstrument-mcount` code converted while the
+    /// program runs: the `call mcount` at `addr` (`call` bytes, after
+    /// `prologue` bytes of prologue) became a 5-byte NOP (plus a one-byte
+    /// NOP for the 6-byte form), switched to a `jmp` to the function's
+    /// undo stub, which restores what the prologue changed ([`mcount_undo`])
+    /// and jumps to the wrapper, which calls a copy of the prologue. Only
+    /// one instruction changes: no thread can be inside it.
+    McountCall {
+        /// An `endbr64` precedes the function's prologue.
         endbr: bool,
         /// Bytes of prologue before the call.
         prologue: u8,
@@ -308,6 +326,120 @@ pub fn mcount_call<'c>(
     None
 }
 
+/// The code that takes a thread stopped at the `call mcount` of a moved
+/// prologue (`prologue`, the bytes before the call) back to the state at
+/// the function's entry, so that a call wrapper can call a copy of the
+/// prologue: every register the prologue wrote is reloaded from the slot
+/// the prologue pushed it to, then `leave` restores `rsp` and `rbp`. The
+/// caller appends the jump to the wrapper. `None` unless the prologue is
+/// `push rbp; mov rbp, rsp` followed only by pushes, `sub rsp`, stores to
+/// `rbp`-relative memory, and register moves into registers it pushed
+/// before (as `rustc` writes: `push rbx; mov rbx, rdi`): running such a
+/// prologue again from the restored state does the same.
+///
+/// Returns the code and its length (7 bytes per reloaded register, plus
+/// one for `leave`).
+pub fn mcount_undo(prologue: &[u8]) -> Option<([u8; 64], usize)> {
+    const PUSH_RBP_MOV_RBP_RSP: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
+    if prologue.get(..4)? != PUSH_RBP_MOV_RBP_RSP {
+        return None;
+    }
+    // Below rbp: the slot of each pushed register (its offset), and the
+    // registers written since.
+    let mut depth: i64 = 0;
+    let mut slot: [Option<i64>; 16] = [None; 16];
+    let mut written = [false; 16];
+    let mut p = 4;
+    while p < prologue.len() {
+        let b = &prologue[p..];
+        let n = movable_len(b)?;
+        match b {
+            [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..] => {
+                let r = if b[0] == 0x41 {
+                    8 + (b[1] & 7)
+                } else {
+                    b[0] & 7
+                } as usize;
+                depth += 8;
+                // A register pushed twice keeps its first (original) slot,
+                // unless it was written before the first push.
+                if slot[r].is_none() && !written[r] {
+                    slot[r] = Some(depth);
+                }
+            }
+            [0x48, 0x83, 0xec, imm, ..] if (*imm as i8) >= 0 => depth += i64::from(*imm),
+            [0x48, 0x81, 0xec, a, b2, c, d, ..] => {
+                let imm = i32::from_le_bytes([*a, *b2, *c, *d]);
+                if imm < 0 {
+                    return None;
+                }
+                depth += i64::from(imm);
+            }
+            [0x48, 0x83 | 0x81, ..] => return None,
+            _ => {
+                // `mov r/m, reg` (`89`), with an optional REX prefix.
+                let (rex, m) = if b[0] == 0x89 {
+                    (0, b[1])
+                } else {
+                    (b[0], b[2])
+                };
+                let (md, rm) = (m >> 6, m & 7);
+                if md == 3 {
+                    let dst = (rm | if rex & 1 != 0 { 8 } else { 0 }) as usize;
+                    // Never rsp or rbp; only a register saved before.
+                    if dst == 4 || dst == 5 || slot[dst].is_none() {
+                        return None;
+                    }
+                    written[dst] = true;
+                } else {
+                    // Only a frame slot (`disp(%rbp)`) that is not where a
+                    // register was pushed.
+                    if rm != 5 {
+                        return None;
+                    }
+                    let d = &b[n - if md == 1 { 1 } else { 4 }..n];
+                    let disp = if md == 1 {
+                        i64::from(d[0] as i8)
+                    } else {
+                        i64::from(i32::from_le_bytes([d[0], d[1], d[2], d[3]]))
+                    };
+                    let width = if rex & 8 != 0 { 8 } else { 4 };
+                    if slot
+                        .iter()
+                        .flatten()
+                        .any(|&o| disp < -o + 8 && -o < disp + width)
+                    {
+                        return None;
+                    }
+                }
+            }
+        }
+        p += n;
+    }
+    let mut out = [0xccu8; 64];
+    let mut n = 0;
+    for r in 0..16 {
+        if !written[r] {
+            continue;
+        }
+        let off = -(slot[r]?);
+        // mov r64, [rbp + disp32]
+        let code = [
+            0x48 | if r >= 8 { 4 } else { 0 },
+            0x8b,
+            0x85 | ((r as u8 & 7) << 3),
+        ];
+        if n + 7 + 1 > out.len() {
+            return None;
+        }
+        out[n..n + 3].copy_from_slice(&code);
+        out[n + 3..n + 7].copy_from_slice(&(off as i32).to_le_bytes());
+        n += 7;
+    }
+    out[n] = 0xc9; // leave
+    Some((out, n + 1))
+}
+
 /// The bytes of a `jmp rel32` at `at` to `target` (within ±2 GiB).
 pub fn jmp5(at: u64, target: u64) -> [u8; 5] {
     let rel = (target as i64 - (at as i64 + 5)) as i32;
@@ -517,5 +649,53 @@ mod tests {
         assert!(mcount_call(0x1000, &mem(0x1000, b), &[0]).is_none());
         // Not starting with push rbp.
         assert!(mcount_call(0x1000, &mem(0x1000, vec![0x53, 0xc3]), &[0]).is_none());
+    }
+
+    #[test]
+    fn undoing_mcount_prologues() {
+        let undo = |b: &[u8]| mcount_undo(b).map(|(c, n)| c[..n].to_vec());
+        // gcc -pg: push rbp; mov rbp,rsp; sub rsp,0x20: only `leave`.
+        assert_eq!(
+            undo(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20]),
+            Some(vec![0xc9])
+        );
+        // rustc: push rbx; push rax; mov rbx,rdi: rbx back from rbp-8.
+        assert_eq!(
+            undo(&[0x55, 0x48, 0x89, 0xe5, 0x53, 0x50, 0x48, 0x89, 0xfb]),
+            Some(vec![0x48, 0x8b, 0x9d, 0xf8, 0xff, 0xff, 0xff, 0xc9])
+        );
+        // rustc: push r15, r14, r12, rbx; mov r14,rsi; mov rbx,rdi: rbx
+        // from rbp-32, r14 from rbp-16 (register order).
+        let b = [
+            0x55, 0x48, 0x89, 0xe5, 0x41, 0x57, 0x41, 0x56, 0x41, 0x54, 0x53, 0x49, 0x89, 0xf6,
+            0x48, 0x89, 0xfb,
+        ];
+        assert_eq!(
+            undo(&b),
+            Some(vec![
+                0x48, 0x8b, 0x9d, 0xe0, 0xff, 0xff, 0xff, 0x4c, 0x8b, 0xb5, 0xf0, 0xff, 0xff, 0xff,
+                0xc9
+            ])
+        );
+        // A store to a local below the pushed registers: fine.
+        assert_eq!(
+            undo(&[
+                0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x83, 0xec, 0x18, 0x48, 0x89, 0x7d, 0xe8
+            ]),
+            Some(vec![0xc9])
+        );
+        // Not restorable: a move into a register never pushed (rax), into
+        // rsp, a store over a pushed register's slot, a store through
+        // another register, no frame pointer, `add rsp` as a negative sub.
+        for b in [
+            &[0x55, 0x48, 0x89, 0xe5, 0x48, 0x89, 0xf8][..],
+            &[0x55, 0x48, 0x89, 0xe5, 0x48, 0x89, 0xec],
+            &[0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x89, 0x7d, 0xf8],
+            &[0x55, 0x48, 0x89, 0xe5, 0x48, 0x89, 0x3b],
+            &[0x55, 0x53, 0x48, 0x89, 0xfb],
+            &[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0xf0],
+        ] {
+            assert_eq!(undo(b), None, "{b:x?}");
+        }
     }
 }

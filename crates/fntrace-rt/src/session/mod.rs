@@ -291,7 +291,10 @@ fn start_dynamic(cfg: &Config) {
     // for their semantics, counting mode wants its own fast path, or
     // `FNTRACE_KEEP_CALLS=1`.
     crate::dynamic::set_convert_calls(cfg.converts_calls());
-    crate::dynamic::set_convert_later(converts_later(cfg));
+    crate::dynamic::set_convert_later(
+        converts_later(cfg),
+        cfg.convert_at == crate::config::ConvertAt::BySize,
+    );
     match crate::dynamic::start(&trace, &cfg.notrace) {
         Ok(_) => {
             if crate::dynamic::site_counts().0 > 0 {
@@ -310,11 +313,13 @@ fn start_dynamic(cfg: &Config) {
     }
 }
 
-/// Whether start-up leaves the `call __fentry__` sites of objects that
-/// have nothing else to a runtime thread (the hooks record meanwhile):
-/// whenever they are converted at all, unless `FNTRACE_CONVERT_AT_START`.
+/// Whether start-up may leave the hook calls of objects that have nothing
+/// else to a runtime thread (the hooks record meanwhile): whenever they
+/// are converted at all, unless `FNTRACE_CONVERT_AT_START=1`.
 fn converts_later(cfg: &Config) -> bool {
-    cfg!(feature = "compiler-hooks") && cfg.converts_calls() && !cfg.convert_at_start
+    cfg!(feature = "compiler-hooks")
+        && cfg.converts_calls()
+        && cfg.convert_at != crate::config::ConvertAt::Start
 }
 
 /// The hooks no longer need the policies on their own (every hook call
@@ -333,7 +338,7 @@ fn end_policy_alone(count: bool) {
 fn spawn_converter(count: bool) {
     let convert = move || {
         let t0 = crate::clock::monotonic_ns();
-        let (c, failed) = crate::dynamic::convert_pending();
+        let (c, failed, left) = crate::dynamic::convert_pending_counted();
         // An object that could not be converted keeps its hook calls,
         // which still need the policies.
         if failed == 0 {
@@ -341,10 +346,12 @@ fn spawn_converter(count: bool) {
         }
         if crate::diag::steps_wanted() {
             crate::diag::diag!(
-                "fntrace: {} hook calls converted on a runtime thread in {:.2} ms ({} traps)",
+                "fntrace: {} hook calls converted on a runtime thread in {:.2} ms ({} traps, \
+                 {} left to the hooks)",
                 c.on + c.off,
                 (crate::clock::monotonic_ns() - t0) as f64 / 1e6,
-                crate::patch::int3::traps()
+                crate::patch::int3::traps(),
+                left
             );
         }
     };
