@@ -69,9 +69,15 @@ fn run_traced(dir: &Path, bin: &Path, args: &[&str]) -> String {
         .unwrap_or_default();
     let hijack = name.contains("hijack");
     let now = name.contains("now");
+    let later = name.contains("later");
+    let at_start = match (now, later) {
+        (true, _) => "1",
+        (_, true) => "0",
+        _ => "",
+    };
     let out = common::record_cmd(&dir.join("t.data"), &[], bin, args)
         .env("FNTRACE_KEEP_CALLS", if hijack { "1" } else { "" })
-        .env("FNTRACE_CONVERT_AT_START", if now { "1" } else { "" })
+        .env("FNTRACE_CONVERT_AT_START", at_start)
         .output()
         .unwrap();
     assert!(
@@ -117,9 +123,15 @@ fn calls(m: &HashMap<String, u64>, f: &str) -> u64 {
 
 /// Every C mechanism: the compiler hooks and the patchable entries fntrace
 /// switches on (the same guarantees hold for both).
-const C_MODES: [(&str, &[&str]); 12] = [
+// Tests that take a few of these pick them by index: keep the first six in
+// this order.
+const C_MODES: [(&str, &[&str]); 14] = [
     ("pg", &["-pg"]),
     ("pg-nopie", &["-pg", "-no-pie", "-fno-pie"]),
+    // The `call mcount`s converted on a runtime thread while the program
+    // runs, as a large program's are (see `run_traced`).
+    ("pg-later", &["-pg"]),
+    ("pg-nopie-later", &["-pg", "-no-pie", "-fno-pie"]),
     ("fentry", &["-pg", "-mfentry"]),
     // The `call __fentry__`s rewritten before the program runs (see
     // `run_traced`), in a PIE (6-byte calls through the GOT) and not (5-byte
@@ -547,7 +559,7 @@ fn backtraces_and_signal_handlers_inside_traced_code() {
 #[test]
 fn instrumented_shared_libraries_dlopened_and_linked() {
     let d = tempfile::tempdir().unwrap();
-    for (name, flags) in [C_MODES[0], C_MODES[2], C_MODES[3]] {
+    for (name, flags) in [C_MODES[0], C_MODES[4], C_MODES[5]] {
         let mut f = flags.to_vec();
         f.extend(["-shared", "-fPIC"]);
         let lib = build(d.path(), "dl_plugin.c", &format!("plugin-{name}.so"), &f);
@@ -693,7 +705,7 @@ fn gmon_export_is_read_by_gprof_with_glibc_counts() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/workloads/fib.c"
     );
-    for (name, flags) in [C_MODES[0], C_MODES[1], C_MODES[2]] {
+    for (name, flags) in [C_MODES[0], C_MODES[1], C_MODES[4]] {
         let bin = d.path().join(format!("fib-{name}"));
         let mut a = vec!["-O2", "-fno-optimize-sibling-calls"];
         a.extend(flags);
@@ -750,7 +762,7 @@ fn record_time_filters_and_depth() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/workloads/fib.c"
     );
-    for (name, flags) in [C_MODES[0], C_MODES[2], C_MODES[3]] {
+    for (name, flags) in [C_MODES[0], C_MODES[4], C_MODES[5]] {
         let bin = d.path().join(format!("fib-{name}"));
         let mut a = vec!["-O2", "-fno-optimize-sibling-calls"];
         a.extend(flags);

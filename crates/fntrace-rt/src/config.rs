@@ -174,8 +174,8 @@ pub struct CaptureSpec {
 /// Above this many symbols (the `.symtab` entries of an object), an
 /// object's `call mcount`s are rewritten on a runtime thread by default:
 /// rewriting them before the program runs costs about 0.15 µs a function
-/// (3 ms here), and rewriting them later leaves a converted call about
-/// 1.5 ns slower (it undoes the prologue and runs a copy of it).
+/// (3 ms for 20,000), and rewriting them later leaves a converted call about
+/// 2 ns slower (it undoes the prologue and runs a copy of it).
 pub const LAZY_MCOUNT_SYMBOLS: u64 = 20_000;
 
 /// When compiler hook calls become patchable sites

@@ -34,7 +34,7 @@ pub(super) static CONVERT_LATER: AtomicBool = AtomicBool::new(false);
 ///
 /// `mcount_by_size`: an object with `call mcount`s is left to the thread
 /// only if it has more than [`crate::config::LAZY_MCOUNT_SYMBOLS`]
-/// symbols (a converted `call mcount` costs about 1.5 ns more per call
+/// symbols (a converted `call mcount` costs about 2 ns more per call
 /// than a moved prologue, which a small object can afford to have
 /// rewritten at start).
 pub fn set_convert_later(on: bool, mcount_by_size: bool) {
@@ -224,21 +224,22 @@ fn convert_object(reg: &mut Registry, p: Pending) -> Result<Changed, PatchError>
         }
         _ => None,
     };
-    let stub_len = |s: &Site| match (s.layout, undo(s)) {
-        (Layout::McountCall { prologue, .. }, Some((_, u))) => {
-            (u64::from(prologue) + 5 + u as u64 + 5).next_multiple_of(16)
+    let undo_len: Vec<usize> = o.sites.iter().map(|s| undo(s).map_or(0, |u| u.1)).collect();
+    let stub_len = |k: usize| match o.sites[k].layout {
+        Layout::McountCall { prologue, .. } if undo_len[k] > 0 => {
+            (u64::from(prologue) + 5 + undo_len[k] as u64 + 5).next_multiple_of(16)
         }
         _ => 0,
     };
-    let total: u64 = o.sites.iter().map(stub_len).sum();
+    let lens: Vec<u64> = (0..n).map(stub_len).collect();
+    let total: u64 = lens.iter().sum();
     let area = if total > 0 {
         patch::stubs::area_near(o.start, o.start + o.size, total, &what)?
     } else {
         0
     };
     let mut next = area;
-    for k in 0..n {
-        let l = stub_len(&o.sites[k]);
+    for (k, &l) in lens.iter().enumerate() {
         if l > 0 {
             o.moved[k] = next;
             next += l;
