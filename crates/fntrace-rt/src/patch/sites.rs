@@ -349,6 +349,10 @@ pub fn mcount_undo(prologue: &[u8]) -> Option<([u8; 64], usize)> {
     let mut depth: i64 = 0;
     let mut slot: [Option<i64>; 16] = [None; 16];
     let mut written = [false; 16];
+    // Stores to frame slots (displacement from rbp, width). rustc spills
+    // into the slot of a `push rax` (a `sub rsp, 8` in one byte): harmless
+    // unless the stub must reload a register from it.
+    let mut stores: Vec<(i64, i64)> = Vec::with_capacity(16);
     let mut p = 4;
     while p < prologue.len() {
         let b = &prologue[p..];
@@ -392,9 +396,9 @@ pub fn mcount_undo(prologue: &[u8]) -> Option<([u8; 64], usize)> {
                     }
                     written[dst] = true;
                 } else {
-                    // Only a frame slot (`disp(%rbp)`) that is not where a
-                    // register was pushed.
-                    if rm != 5 {
+                    // Only a frame slot (`disp(%rbp)`), checked below
+                    // against the slots of the registers to reload.
+                    if rm != 5 || stores.len() == stores.capacity() {
                         return None;
                     }
                     let d = &b[n - if md == 1 { 1 } else { 4 }..n];
@@ -404,17 +408,18 @@ pub fn mcount_undo(prologue: &[u8]) -> Option<([u8; 64], usize)> {
                         i64::from(i32::from_le_bytes([d[0], d[1], d[2], d[3]]))
                     };
                     let width = if rex & 8 != 0 { 8 } else { 4 };
-                    if slot
-                        .iter()
-                        .flatten()
-                        .any(|&o| disp < -o + 8 && -o < disp + width)
-                    {
-                        return None;
-                    }
+                    stores.push((disp, width));
                 }
             }
         }
         p += n;
+    }
+    let reloaded = |r: usize| if written[r] { slot[r] } else { None };
+    if (0..16)
+        .filter_map(reloaded)
+        .any(|o| stores.iter().any(|&(d, w)| d < -o + 8 && -o < d + w))
+    {
+        return None;
     }
     let mut out = [0xccu8; 64];
     let mut n = 0;
@@ -684,13 +689,23 @@ mod tests {
             ]),
             Some(vec![0xc9])
         );
+        // rustc: push rbx; push rax; mov [rbp-16],rdi (the slot of rax,
+        // never reloaded); mov rbx,rsi: fine.
+        assert_eq!(
+            undo(&[
+                0x55, 0x48, 0x89, 0xe5, 0x53, 0x50, 0x48, 0x89, 0x7d, 0xf0, 0x48, 0x89, 0xf3
+            ]),
+            Some(vec![0x48, 0x8b, 0x9d, 0xf8, 0xff, 0xff, 0xff, 0xc9])
+        );
         // Not restorable: a move into a register never pushed (rax), into
-        // rsp, a store over a pushed register's slot, a store through
-        // another register, no frame pointer, `add rsp` as a negative sub.
+        // rsp, a store over the slot of a register to reload (before or
+        // after the move), a store through another register, no frame
+        // pointer, `add rsp` as a negative sub.
         for b in [
             &[0x55, 0x48, 0x89, 0xe5, 0x48, 0x89, 0xf8][..],
             &[0x55, 0x48, 0x89, 0xe5, 0x48, 0x89, 0xec],
-            &[0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x89, 0x7d, 0xf8],
+            &[0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x89, 0x7d, 0xf8, 0x48, 0x89, 0xfb],
+            &[0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x89, 0xfb, 0x89, 0x75, 0xfc],
             &[0x55, 0x48, 0x89, 0xe5, 0x48, 0x89, 0x3b],
             &[0x55, 0x53, 0x48, 0x89, 0xfb],
             &[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0xf0],
