@@ -648,7 +648,7 @@ impl Iterator for Events<'_> {
     type Item = Event;
 
     /// [`Events::step`]'s common case, inlined into the caller's loop;
-    /// the rest is [`Events::next_slow`].
+    /// the rest is `Events::next_slow`.
     #[inline]
     fn next(&mut self) -> Option<Event> {
         match self.step() {

@@ -24,7 +24,7 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
 use super::ptrace::Stopped;
 
-/// What [`fix_up`] did.
+/// What `fix_up` did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Fixed {
     /// Runs rewritten.

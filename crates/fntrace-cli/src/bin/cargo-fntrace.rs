@@ -91,6 +91,8 @@ const MODES_HELP: &str = "MODE: never | mcount | fentry | xray[:ignore-loops,ins
 /// The options of `cargo fntrace build|run|test`.
 #[derive(Args)]
 #[command(after_help = MODES_HELP)]
+// The field docs are clap's help text, where `[:OPTIONS]` is not a link.
+#[allow(rustdoc::broken_intra_doc_links)]
 struct BuildArgs {
     /// How to instrument: never, mcount, fentry, xray[:OPTIONS], patchable
     /// or source (see below).

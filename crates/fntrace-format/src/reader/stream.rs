@@ -11,7 +11,7 @@ use crate::event::{Decoder, Record};
 use crate::layout::CHUNK_HEADER_SIZE;
 
 impl Trace {
-    /// Reads one thread's stream (or the metadata stream, [`META_TID`]).
+    /// Reads one thread's stream (or the metadata stream, `META_TID`).
     pub fn stream(&self, tid: u32) -> ThreadReader<'_> {
         let chunks: Vec<&ChunkEntry> = self.thread_chunks(tid).collect();
         ThreadReader {

@@ -15,7 +15,7 @@
 //! - the next entry on the thread (a frame whose mark is at or below the
 //!   new frame's cannot be its caller) or the next exit (frames below the
 //!   exiting one's mark). The assembly fast path only compares the newest
-//!   frame's mark and leaves the rest to [`pop_dead`].
+//!   frame's mark and leaves the rest to `pop_dead`.
 //!
 //! Marks are only compared on the same stack: a signal handler running on
 //! a `sigaltstack` above the thread's stack does not close the frames it

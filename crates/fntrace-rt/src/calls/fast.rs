@@ -8,7 +8,7 @@
 //! exits) the newest shadow frame is the one returning. Under `-F`/`-N`
 //! (`FEAT_FILTERS`), the entries of the compiler mechanisms decide a call
 //! of a function whose class the filter cache holds as ordinary
-//! ([`fast_filter!`]): outside every `-F` region or inside a `-N` one it
+//! (`fast_filter!`): outside every `-F` region or inside a `-N` one it
 //! is left alone (no frame for a hijacked return; an unrecorded frame for
 //! an explicit exit to pop), otherwise recorded as without filters; the
 //! `-F`/`-N` functions themselves, a cache miss and a framework turned off
@@ -41,7 +41,7 @@
 //!
 //! Register use, for the trampolines' documentation:
 //! - entries (`fast_entry!`, also the XRay tail exit, `fast_exit!` with
-//!   [`fast_push_args!`]): rax, rdx, rcx, rsi, r8, r9, r11 are pushed and
+//!   `fast_push_args!`): rax, rdx, rcx, rsi, r8, r9, r11 are pushed and
 //!   popped (argument registers and the scratch registers gcc may assume
 //!   preserved); rdi, r10 and vector registers are not touched;
 //! - exits (`fast_exit!`, `fast_hook_exit!`) run where only the return

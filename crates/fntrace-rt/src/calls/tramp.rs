@@ -1,7 +1,7 @@
 //! The trampolines every call-tracking mechanism shares: the exit
 //! trampoline that hijacked returns land in, the entry and exit
 //! trampolines of patched sites' call wrappers, and the
-//! [`saving_trampoline!`] macro the mechanisms' own entry points are built
+//! `saving_trampoline!` macro the mechanisms' own entry points are built
 //! with.
 //!
 //! Register discipline (System V x86_64):
@@ -217,7 +217,7 @@ macro_rules! exit_trampoline {
 /// holds the function's start 27 bytes further; `[rsp + 8]` is the
 /// function's return-address slot.
 ///
-/// Saves the same registers as [`__fentry__`] (rax, rdi, rsi, rdx, rcx,
+/// Saves the same registers as `__fentry__` (rax, rdi, rsi, rdx, rcx,
 /// r8, r9, r10, xmm0–7; the save area is what `-A` reads). Returns with
 /// every register as it was except r11 — free at a function's entry —
 /// which is 1 when the call was taken over (its return address moved to
@@ -327,7 +327,7 @@ pub unsafe extern "C" fn fntrace_exit_trampoline() {
 /// session starts ([`detect_vector_width`]).
 pub(crate) static VEC_MODE: AtomicU8 = AtomicU8::new(0);
 
-/// Sets [`VEC_MODE`] from CPUID and XGETBV (whether the OS enabled the
+/// Sets `VEC_MODE` from CPUID and XGETBV (whether the OS enabled the
 /// state), at most `cap` (`config::ENV_VECTOR_WIDTH`: 0 SSE, 1 AVX, 2
 /// AVX-512).
 pub fn detect_vector_width(cap: u8) {
@@ -351,7 +351,7 @@ pub fn detect_vector_width(cap: u8) {
 }
 
 /// A fast path's chunk switch that also keeps vector registers 0–7 at
-/// full width ([`VEC_MODE`]) around
+/// full width (`VEC_MODE`) around
 /// [`crate::calls::fast::fntrace_fast_switch`] (which saves the general
 /// registers and xmm0–7 only, and calls Rust code that may call the C
 /// library's AVX `memcpy`, whose `vzeroupper` clears the upper halves):

@@ -103,7 +103,7 @@ pub fn has_pending() -> bool {
 /// before its site changed is recorded by the hooks, its exit by the
 /// hijacked return, which still works after the change (the bytes after
 /// the call, where a hook returns, never change). Holds the code lock and
-/// the registry throughout, and `fork` waits for it (see [`fork_gate`]),
+/// the registry throughout, and `fork` waits for it (see `fork_gate`),
 /// so that a child never inherits either lock held. Returns what changed
 /// and how many objects kept some of their hook calls so far, by any
 /// caller (not converted, or with `mcount` prologues that cannot be

@@ -8,7 +8,7 @@
 //! be live: rdi, rsi, rdx, rcx, r8, r9, rax (the vector-argument count of
 //! variadic calls) and xmm0–7, plus r10 (static chain) and r11, which
 //! gcc's `-fipa-ra` may assume preserved across the call. All of them are
-//! saved by [`crate::calls::tramp::saving_trampoline!`]; the Rust handler
+//! saved by `crate::calls::tramp::saving_trampoline!`; the Rust handler
 //! preserves rbx, rbp, r12–r15 itself (callee-saved). The assembly fast
 //! path saves fewer (see [`crate::calls::fast`]). The cyg hooks are
 //! ordinary C calls: every caller-saved register is free.
@@ -276,7 +276,7 @@ extern "C" fn cyg_enter(this_fn: *mut u8, call_site: *mut u8, sp: u64) {
 }
 
 /// `-finstrument-functions` exit hook (the assembly fast path, then
-/// [`cyg_exit`]; rdi is kept).
+/// `cyg_exit`; rdi is kept).
 ///
 /// # Safety
 /// Called by `-finstrument-functions` code with the function's address.

@@ -27,7 +27,7 @@
 //! XRay sleds, patchable entries or an `__mcount_loc` table), at start and
 //! after each `dlopen`. Which slots: those bound to a function symbol
 //! matching the pattern, defined in another object than the caller, not
-//! in this runtime or the dynamic linker, and not in [`DENY`]: functions
+//! in this runtime or the dynamic linker, and not in `DENY`: functions
 //! that never return (their frames would stay open), that read or reuse
 //! their return address or stack (`setjmp`, `vfork`, `dlsym(RTLD_NEXT)`,
 //! which finds the next object after its *caller*), or that run before

@@ -12,7 +12,7 @@
 //!
 //! The bottom of the runtime's layers above the leaves: it knows nothing
 //! of mechanisms, filters or start-up. Mechanisms record through
-//! [`write`]'s entry, exit and record writers on the calling thread's
+//! [`write`](mod@write)'s entry, exit and record writers on the calling thread's
 //! [`state`]; `session` starts and finishes trace files here.
 //!
 //! - [`state`]: the per-thread state, its TLS block and the offsets the
@@ -20,18 +20,18 @@
 //! - [`shadow`]: the per-thread shadow stack of open calls;
 //! - [`pending`]: the record-time time filter (entries held back until
 //!   their call proves long enough);
-//! - [`write`]: attaching threads, chunk claiming, event and record
+//! - [`write`](mod@write): attaching threads, chunk claiming, event and record
 //!   writing, sealing;
-//! - [`file`]: the trace file of a session, its header and metadata,
+//! - [`file`](mod@file): the trace file of a session, its header and metadata,
 //!   finishing;
 //! - [`helper`]: the helper thread of a session, the chunk life cycle off
 //!   the traced threads: it maps and pre-faults the file ahead of the
 //!   writers (acquire), and retires full chunks: counts their events into
 //!   their header, hands them to writeback and drops them from memory.
 //!
-//! Ordering of a session's life: [`start`] creates and maps the file,
+//! Ordering of a session's life: `start` creates and maps the file,
 //! writes the header and metadata, then publishes the session id in
-//! `SESSION`. Threads attach lazily on their first event. [`finish`]
+//! `SESSION`. Threads attach lazily on their first event. `finish`
 //! (explicit, or at `exit`) withdraws the id, seals what the finishing
 //! thread owns, writes the final block and truncates the file to the chunks
 //! handed out. Mappings are never unmapped, so a thread still finishing an
@@ -236,7 +236,7 @@ impl Options {
     }
 }
 
-/// What [`finish`] reports.
+/// What `finish` reports.
 #[derive(Debug, Clone)]
 pub struct Summary {
     /// The trace file.

@@ -3,7 +3,7 @@
 //! in (their callers up the stack), so that a long run of a program with
 //! billions of tiny calls leaves a small trace of what matters.
 //!
-//! While the filter is on ([`FEAT_TIME`]), an entry is not written: it is
+//! While the filter is on (`FEAT_TIME`), an entry is not written: it is
 //! held back on the thread's stack of pending calls with its TSC (and its
 //! `-A` arguments or `-R` return value, if captured). At the call's exit,
 //! a call that lasted at least the threshold is written: the held-back
@@ -31,7 +31,7 @@
 //! written with its callers and the logged events, each with its own time.
 //! A call inside an undecided one is logged, and decided the same way
 //! against its own threshold (and `-t`'s) when it ends. A full log
-//! ([`LOG_CAPACITY`] events) is written at once, keeping the calls it
+//! (`LOG_CAPACITY` events) is written at once, keeping the calls it
 //! holds; so is anything a marker or other record happens inside.
 //!
 //! Part of the sink: mechanisms call `record_entry_inner`/`exit_inner`

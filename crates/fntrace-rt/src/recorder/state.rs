@@ -1,11 +1,11 @@
-//! The per-thread state of the event sink: [`ThreadState`] and its
-//! [`Cursor`] into the chunk being filled, the TLS block that holds them
+//! The per-thread state of the event sink: `ThreadState` and its
+//! `Cursor` into the chunk being filled, the TLS block that holds them
 //! (initial-exec, one `%fs`-relative load), the thread-exit hook, and the
 //! asm↔struct contract: the byte offsets the assembly fast path uses, as
 //! macros next to the structures, with compile-time assertions.
 //!
-//! Layers above read and change the state through [`state`] /
-//! [`with_state`] on their own thread only; the `busy` flag excludes
+//! Layers above read and change the state through `state` /
+//! `with_state` on their own thread only; the `busy` flag excludes
 //! reentrant use (a signal handler interrupting the recorder).
 
 // The offset macros are only used by the assembly of `compiler-hooks`.

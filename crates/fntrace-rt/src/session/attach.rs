@@ -27,7 +27,7 @@
 //!
 //! Switching on, the order is the reverse: sites and sleds are switched on
 //! while nothing records, then the session starts in one step
-//! ([`super::start_attached`]). Either way no call tree is recorded with
+//! (`super::start_attached`). Either way no call tree is recorded with
 //! some functions switched and others not yet.
 //!
 //! Calls in flight when recording starts have no entry in the trace: their

@@ -1,7 +1,7 @@
 //! `exec` and `_exit` interposition: the session is finished before an
 //! image is replaced or the process ends without running exit handlers
 //! (`_exit`, what shells such as dash and most forked children end with:
-//! no `atexit` handler runs, see [`super::finish_before_exec`] and
+//! no `atexit` handler runs, see `super::finish_before_exec` and
 //! [`_exit`]), and the profiling timer of `gcc -pg` programs is kept from
 //! killing the next image. Part of `session`.
 //!

@@ -4,10 +4,10 @@
 //! environment before `main` (or lazily at the first event), and the
 //! process events every layer must hear of: `exit`, `fork` (a child
 //! records into `PATH.PID` or nothing), `exec` under a running profiling
-//! timer ([`prof`], [`exec`]) and `dlopen` ([`dl`], fanned out to every mechanism).
+//! timer (`prof`, [`exec`]) and `dlopen` ([`dl`], fanned out to every mechanism).
 //!
 //! Nothing below imports it; the sink calls back into it through one
-//! hook, [`recorder::set_start_hook`], for a thread whose first event
+//! hook, `recorder::set_start_hook`, for a thread whose first event
 //! comes before start-up looked at the environment.
 
 #[cfg(feature = "compiler-hooks")]
