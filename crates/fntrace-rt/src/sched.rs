@@ -382,7 +382,7 @@ pub fn start() -> Result<(), SchedError> {
         intervals: 0,
     };
     let s2 = stop.clone();
-    let helper = crate::procinfo::spawn_with_signals_blocked(|| {
+    let helper = crate::procinfo::with_async_signals_blocked(|| {
         std::thread::Builder::new()
             .name("fntrace-sched".into())
             .spawn(move || {

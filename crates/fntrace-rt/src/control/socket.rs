@@ -150,7 +150,7 @@ type ListenSlot = Option<(Option<PathBuf>, i32, Option<FdId>)>;
 pub fn start() -> std::io::Result<PathBuf> {
     let (l, path, id) = bind()?;
     *LISTENING.lock().unwrap_or_else(|e| e.into_inner()) = publish(&l, &path, id);
-    crate::procinfo::spawn_with_signals_blocked(|| {
+    crate::procinfo::with_async_signals_blocked(|| {
         std::thread::Builder::new()
             .name("fntrace-ctl".into())
             .spawn(move || serve(l, id))

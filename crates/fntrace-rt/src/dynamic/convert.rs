@@ -9,10 +9,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::sites::{self, Fixup, Layout, Site};
-use super::{
-    Changed, Found, Object, REG, Registry, find_sites, on_target, read_code, wanted, wrapper,
-    wrappers,
-};
+use super::write::{on_target, prologue_copy, stub_size, wrapper_of, wrappers};
+use super::{Changed, Found, Object, REG, Registry, find_sites, read_code, wanted};
 use crate::patch::{self, PatchError, int3, text};
 
 /// Whether the first scan leaves objects whose only sites are hook calls
@@ -72,13 +70,13 @@ pub(super) struct Pending {
 /// thread if that thread has not taken it yet (a `fntrace live` request
 /// then lists and switches every site). Returns as
 /// [`convert_pending`], which it waits for if the runtime thread runs it.
-pub fn settle() -> (Changed, usize) {
+pub fn settle() -> (Changed, usize, usize) {
     if has_pending() {
         convert_pending()
     } else {
         // Waits for a conversion in progress (it holds the registry).
         let reg = REG.lock().unwrap_or_else(|e| e.into_inner());
-        (Changed::default(), reg.convert_failed)
+        (Changed::default(), reg.convert_failed, reg.left_to_hooks)
     }
 }
 
@@ -104,19 +102,12 @@ pub fn has_pending() -> bool {
 /// hijacked return, which still works after the change (the bytes after
 /// the call, where a hook returns, never change). Holds the code lock and
 /// the registry throughout, and `fork` waits for it (see `fork_gate`),
-/// so that a child never inherits either lock held. Returns what changed
-/// and how many objects kept some of their hook calls so far, by any
-/// caller (not converted, or with `mcount` prologues that cannot be
-/// undone: those calls stay with the hooks).
-pub fn convert_pending() -> (Changed, usize) {
-    let (c, failed, _) = convert_pending_counted();
-    (c, failed)
-}
-
-/// [`convert_pending`], also returning how many functions of converted
-/// objects kept their hook calls so far (`mcount` prologues that cannot
-/// be undone).
-pub fn convert_pending_counted() -> (Changed, usize, usize) {
+/// so that a child never inherits either lock held. Returns what changed,
+/// how many objects kept some of their hook calls so far, by any caller
+/// (not converted, or with `mcount` prologues that cannot be undone:
+/// those calls stay with the hooks), and how many functions of converted
+/// objects kept theirs.
+pub fn convert_pending() -> (Changed, usize, usize) {
     let _gate = fork_gate::Held::take();
     let _code = patch::lock();
     let mut reg = REG.lock().unwrap_or_else(|e| e.into_inner());
@@ -227,7 +218,7 @@ fn convert_object(reg: &mut Registry, p: Pending) -> Result<Changed, PatchError>
     let undo_len: Vec<usize> = o.sites.iter().map(|s| undo(s).map_or(0, |u| u.1)).collect();
     let stub_len = |k: usize| match o.sites[k].layout {
         Layout::McountCall { prologue, .. } if undo_len[k] > 0 => {
-            (u64::from(prologue) + 5 + undo_len[k] as u64 + 5).next_multiple_of(16)
+            stub_size(prologue, undo_len[k] + 5)
         }
         _ => 0,
     };
@@ -254,16 +245,13 @@ fn convert_object(reg: &mut Registry, p: Pending) -> Result<Changed, PatchError>
             else {
                 continue;
             };
-            let (p, stub) = (usize::from(prologue), o.moved[k]);
+            let (p, stub) = (u64::from(prologue), o.moved[k]);
             let mut code = [0xccu8; 128];
-            code[..p].copy_from_slice(&read_code(s.addr - p as u64, p));
-            code[p..p + 5].copy_from_slice(&sites::jmp5(stub + p as u64, s.addr + u64::from(call)));
-            code[p + 5..p + 5 + ulen].copy_from_slice(&u[..ulen]);
-            let j = p + 5 + ulen;
-            code[j..j + 5].copy_from_slice(&sites::jmp5(
-                stub + j as u64,
-                o.wrappers + k as u64 * wrapper::SIZE,
-            ));
+            let (copy, j) = prologue_copy(stub, s.addr - p, prologue, s.addr + u64::from(call));
+            code[..j].copy_from_slice(&copy[..j]);
+            code[j..j + ulen].copy_from_slice(&u[..ulen]);
+            let j = j + ulen;
+            code[j..j + 5].copy_from_slice(&sites::jmp5(stub + j as u64, wrapper_of(&o, k)));
             // SAFETY: our fresh mapping, writable through `w`; no site
             // jumps here until the pokes below.
             unsafe { text::write_fresh(stub, &code[..j + 5]) };

@@ -46,7 +46,7 @@ pub fn register_early() {
     if STATE.get().is_some() {
         return;
     }
-    let _ = crate::procinfo::spawn_with_signals_blocked(|| {
+    let _ = crate::procinfo::with_async_signals_blocked(|| {
         std::thread::Builder::new()
             .name("fntrace-membar".into())
             .stack_size(64 << 10)

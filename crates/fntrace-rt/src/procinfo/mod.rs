@@ -184,25 +184,19 @@ pub fn for_each_module(mut f: impl FnMut(&LoadedModule<'_>)) {
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut ctx as *mut Ctx<'_> as *mut libc::c_void) };
 }
 
-/// Runs `spawn`, which starts one of the runtime's own threads, with the
-/// program's asynchronous signals blocked in the calling thread
-/// ([`with_async_signals_blocked`]), so that the new thread starts with
-/// them blocked and keeps them so: a process-directed signal (the
-/// `SIGPROF` of a `-pg` program's profiling timer, a `SIGINT`, a
-/// `SIGCHLD`) then goes to one of the program's threads, as without the
-/// runtime. (A `SIGPROF` taken by a runtime thread once killed a `-pg`
-/// program whose threads all blocked it: it arrived after glibc's exit
-/// code had restored the default action.)
-pub fn spawn_with_signals_blocked<T>(spawn: impl FnOnce() -> T) -> T {
-    with_async_signals_blocked(spawn)
-}
-
 /// Runs `f` with every asynchronous signal blocked in the calling thread,
 /// then restores its mask. `SIGTRAP` and the signals of faults stay
-/// unblocked: code patching and crash handling need them. Used around
-/// code written in place without the `int3` protocol (no other thread
-/// exists), so that no signal handler of the program runs on this thread
-/// while an instruction is half written.
+/// unblocked: code patching and crash handling need them. Two uses:
+/// - around starting one of the runtime's own threads, so that it starts
+///   with them blocked and keeps them so: a process-directed signal (the
+///   `SIGPROF` of a `-pg` program's profiling timer, a `SIGINT`, a
+///   `SIGCHLD`) then goes to one of the program's threads, as without the
+///   runtime. (A `SIGPROF` taken by a runtime thread once killed a `-pg`
+///   program whose threads all blocked it: it arrived after glibc's exit
+///   code had restored the default action.)
+/// - around code written in place without the `int3` protocol (no other
+///   thread exists), so that no signal handler of the program runs on
+///   this thread while an instruction is half written.
 pub fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     // SAFETY: sigset_t is plain data, filled in by sigfillset/
     // pthread_sigmask before use; the mask is the calling thread's own and
@@ -231,11 +225,11 @@ pub fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
 /// Starts one of the runtime's own threads that must count as such for
 /// code rewriting ([`other_threads`]): announced first, registered as the
 /// first thing it does and forgotten when `f` returns, started with the
-/// program's signals blocked ([`spawn_with_signals_blocked`]). The caller
+/// program's signals blocked ([`with_async_signals_blocked`]). The caller
 /// does not wait for it to run.
 pub fn spawn_runtime_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     expect_runtime_thread();
-    let r = spawn_with_signals_blocked(|| {
+    let r = with_async_signals_blocked(|| {
         std::thread::Builder::new()
             .name(name.into())
             .stack_size(256 << 10)

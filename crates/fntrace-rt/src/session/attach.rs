@@ -84,7 +84,7 @@ pub unsafe extern "C" fn fntrace_attach(handover: *const u8, len: usize) -> i32 
     }
     crate::diag::steps_start();
     crate::clock::anchor();
-    match crate::procinfo::spawn_with_signals_blocked(|| {
+    match crate::procinfo::with_async_signals_blocked(|| {
         std::thread::Builder::new()
             .name("fntrace-attach".into())
             .spawn(move || {
@@ -140,7 +140,7 @@ fn run(handover: &[u8]) {
     // which waits for an RCU grace period in a multi-threaded process
     // (5–20 ms measured here): the connection is made on a thread of its
     // own while this one switches the code on.
-    let conn = crate::procinfo::spawn_with_signals_blocked(|| {
+    let conn = crate::procinfo::with_async_signals_blocked(|| {
         std::thread::Builder::new()
             .name("fntrace-connect".into())
             .stack_size(64 << 10)

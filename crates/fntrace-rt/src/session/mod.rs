@@ -338,7 +338,7 @@ fn end_policy_alone(count: bool) {
 fn spawn_converter(count: bool) {
     let convert = move || {
         let t0 = crate::clock::monotonic_ns();
-        let (c, failed, left) = crate::dynamic::convert_pending_counted();
+        let (c, failed, left) = crate::dynamic::convert_pending();
         // An object that could not be converted keeps its hook calls,
         // which still need the policies.
         if failed == 0 {

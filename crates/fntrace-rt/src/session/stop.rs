@@ -32,7 +32,7 @@ pub(crate) fn after_fork() {
 }
 
 fn spawn_timer() {
-    let r = crate::procinfo::spawn_with_signals_blocked(|| {
+    let r = crate::procinfo::with_async_signals_blocked(|| {
         std::thread::Builder::new()
             .name("fntrace-stop".into())
             .spawn(|| {
