@@ -246,12 +246,20 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
             w.summary()
         )?;
     }
-    writeln!(
-        out,
-        "# size          {} bytes ({:.2} bytes per event)",
-        trace.file_len(),
-        trace.file_len() as f64 / events.max(1) as f64
-    )?;
+    if events == 0 {
+        writeln!(
+            out,
+            "# size          {} bytes (no events)",
+            trace.file_len()
+        )?;
+    } else {
+        writeln!(
+            out,
+            "# size          {} bytes ({:.2} bytes per event)",
+            trace.file_len(),
+            trace.file_len() as f64 / events as f64
+        )?;
+    }
     writeln!(out, "# modules       {}", meta.modules.len())?;
     for m in &meta.modules {
         writeln!(
