@@ -61,7 +61,8 @@ impl FunctionPolicy {
 
 /// Reads the policy tables of an ELF file, sorted by function name.
 pub fn read(path: &Path) -> Result<Vec<FunctionPolicy>> {
-    let data = std::fs::read(path).map_err(Error::io_at(path.display().to_string()))?;
+    let data = fntrace_format::regular::read_regular(path, fntrace_format::regular::MAX_READ_BYTES)
+        .map_err(Error::io_at(path.display().to_string()))?;
     let obj = object::File::parse(&*data).map_err(|source| Error::Object {
         context: format!("{}: not an executable or shared library", path.display()),
         source,
@@ -210,7 +211,8 @@ fn symbol_name(obj: &object::File<'_>, addr: u64) -> String {
 /// frameworks `on` (not excluded).
 pub fn read_all(path: &Path) -> Result<Vec<FunctionPolicy>> {
     let mut list = read(path)?;
-    let data = std::fs::read(path).map_err(Error::io_at(path.display().to_string()))?;
+    let data = fntrace_format::regular::read_regular(path, fntrace_format::regular::MAX_READ_BYTES)
+        .map_err(Error::io_at(path.display().to_string()))?;
     let obj = object::File::parse(&*data).map_err(|source| Error::Object {
         context: format!("{}: not an executable or shared library", path.display()),
         source,

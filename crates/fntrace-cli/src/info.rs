@@ -4,6 +4,7 @@
 use std::io::{self, Write};
 use std::path::Path;
 
+use fntrace_format::text::sanitize;
 use fntrace_format::{Ending, Trace};
 
 use crate::Result;
@@ -126,7 +127,8 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
         h.version_major, h.version_minor
     )?;
     if let Some(p) = &meta.process {
-        writeln!(out, "# program       {}", p.exe)?;
+        // Paths are kept raw (they must open their file): escaped here.
+        writeln!(out, "# program       {}", sanitize(&p.exe))?;
         writeln!(out, "# command line  {}", p.args.join(" "))?;
         writeln!(out, "# pid           {} (parent {})", p.pid, p.ppid)?;
     } else {
@@ -268,7 +270,7 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
             m.start,
             m.size,
             m.build_id_hex(),
-            m.path
+            sanitize(&m.path)
         )?;
     }
     if !meta.libfuncs.is_empty() {
@@ -281,22 +283,37 @@ pub fn write_info(out: &mut dyn Write, trace: &Trace) -> io::Result<()> {
     if !meta.offcpu.is_empty() {
         // Of the traced threads (the runtime's own threads have intervals
         // but no stream).
-        let traced: Vec<&Vec<fntrace_format::OffCpu>> = threads
-            .iter()
-            .filter_map(|t| meta.offcpu.get(&t.tid))
-            .collect();
-        let n: usize = traced.iter().map(|v| v.len()).sum();
-        let ns: u64 = traced
-            .iter()
-            .copied()
-            .flatten()
-            .map(|o| o.in_ns - o.out_ns)
-            .sum();
+        // Cut to the recording's window (what `duration` spans): an
+        // interval reaching outside it is damage, not time off CPU.
+        // Intervals are CLOCK_MONOTONIC ns; the window is the TSC span of
+        // `duration` around the header's start.
+        let lo = h
+            .start_mono_ns
+            .saturating_sub(clock.ns(h.start_tsc.saturating_sub(first)));
+        let hi = h
+            .start_mono_ns
+            .saturating_add(clock.ns(last.saturating_sub(h.start_tsc)));
+        let (mut n, mut ns, mut cut, mut on) = (0usize, 0u64, 0usize, 0usize);
+        for v in threads.iter().filter_map(|t| meta.offcpu.get(&t.tid)) {
+            on += 1;
+            for o in v {
+                n += 1;
+                let (a, b) = (o.out_ns.clamp(lo, hi), o.in_ns.clamp(lo, hi));
+                if (a, b) != (o.out_ns, o.in_ns) {
+                    cut += 1;
+                }
+                ns = ns.saturating_add(b.saturating_sub(a));
+            }
+        }
+        let cut = if cut > 0 {
+            format!(", {cut} cut to the recording's window (damaged)")
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "# off CPU       {n} intervals, {} in all, on {} threads (record --sched)",
+            "# off CPU       {n} intervals, {} in all{cut}, on {on} threads (record --sched)",
             crate::analysis::fmt_ns(ns).trim(),
-            traced.len()
         )?;
     }
     writeln!(out, "# threads       {}", threads.len())?;

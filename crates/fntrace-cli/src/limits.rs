@@ -131,7 +131,20 @@ pub fn notes(trace: &Trace) -> Vec<String> {
                 at(f.end_tsc)
             ));
         }
-        if f.full_tsc != 0 {
+        if f.full_tsc != 0 && h.flags & fntrace_format::layout::HDR_FLAG_RING != 0 {
+            // A flight recorder never runs out of file: every chunk of the
+            // ring was held by a thread writing to it at once, and the
+            // threads that found none recorded nothing more.
+            let chunks = trace.file_len().saturating_sub(u64::from(h.header_size))
+                / u64::from(h.chunk_size.max(1));
+            v.push(format!(
+                "every chunk of the ring ({chunks} of {}) was held by a running thread at {}:                  {} later calls of threads that found none were not recorded (each thread                  writing at once needs a chunk: give --ring at least {} per thread)",
+                fmt_size(u64::from(h.chunk_size)),
+                at(f.full_tsc),
+                f.lost_events,
+                fmt_size(u64::from(h.chunk_size))
+            ));
+        } else if f.full_tsc != 0 {
             let limit = max_size.map_or("the size limit".to_string(), |s| {
                 format!("--max-size {}", fmt_size(s))
             });
@@ -142,11 +155,25 @@ pub fn notes(trace: &Trace) -> Vec<String> {
                 f.lost_events
             ));
         } else if f.lost_events > 0 {
-            v.push(format!(
-                "{} events were dropped by the runtime (an event that came while the \
-                 recorder was busy on its thread: a signal handler)",
-                f.lost_events
-            ));
+            let deep = m
+                .setting(fntrace_format::event::SETTING_TOO_DEEP)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+                .min(f.lost_events);
+            if deep > 0 {
+                v.push(format!(
+                    "{deep} calls deeper than the shadow stack ({} frames per thread) were \
+                     not recorded, nor what they called",
+                    fntrace_rt::recorder::shadow::CAPACITY
+                ));
+            }
+            if f.lost_events > deep {
+                v.push(format!(
+                    "{} events were dropped by the runtime (an event that came while the \
+                     recorder was busy on its thread: a signal handler)",
+                    f.lost_events - deep
+                ));
+            }
         }
     }
     v

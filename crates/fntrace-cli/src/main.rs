@@ -146,7 +146,7 @@ struct ExportArgs {
     /// Output format.
     #[arg(long, value_enum)]
     format: ExportFormat,
-    /// Output file.
+    /// Output file (`-`: standard output).
     #[arg(short, long)]
     output: PathBuf,
     #[command(flatten)]

@@ -42,7 +42,8 @@ impl MarkerInfo {
 
 /// Reads the marker table of an ELF file.
 pub fn read(path: &Path) -> Result<Vec<MarkerInfo>> {
-    let data = std::fs::read(path).map_err(Error::io_at(path.display().to_string()))?;
+    let data = fntrace_format::regular::read_regular(path, fntrace_format::regular::MAX_READ_BYTES)
+        .map_err(Error::io_at(path.display().to_string()))?;
     let obj = object::File::parse(&*data).map_err(|source| Error::Object {
         context: format!("{}: not an executable or shared library", path.display()),
         source,

@@ -13,11 +13,22 @@ use fntrace_rt::config::{self, Config};
 
 use crate::{Error, Result, probe};
 
+/// Largest `--max-size` and `--ring` (16 TiB): the runtime reserves
+/// address space for the whole trace when it starts (x86-64 gives a
+/// process 128 TiB), and 16 TiB is as large as a file on ext4 grows.
+pub const MAX_TRACE_SIZE: u64 = 16 << 40;
+
+/// Smallest `--max-size`: the file header and two chunks, the least the
+/// runtime writes.
+pub const MIN_MAX_SIZE: u64 = fntrace_format::layout::HEADER_SIZE as u64
+    + 2 * fntrace_format::layout::DEFAULT_CHUNK_SIZE as u64;
+
 /// The options of `fntrace record` passed to the runtime (see
 /// [`Options::config`]).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Options {
-    /// Largest trace size (e.g. 512M, 4G); later events are counted as lost.
+    /// Largest trace size (e.g. 512M, 4G; from 132K, the header and two
+    /// chunks, to 16384G); later events are counted as lost. Default: 16G.
     #[arg(long)]
     pub max_size: Option<String>,
     /// Record only these functions and what they call (regular
@@ -27,7 +38,8 @@ pub struct Options {
     /// Never record these functions nor what they call (repeatable).
     #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
     pub notrace: Vec<String>,
-    /// Record calls at most this deep.
+    /// Record calls at most this deep (1 or more: calls at depth < N, as
+    /// `report -D N` selects them). Default: no limit.
     #[arg(short = 'D', long)]
     pub depth: Option<u32>,
     /// XRay: patch only these functions (regular expression on the
@@ -52,7 +64,8 @@ pub struct Options {
     #[arg(short = 'R', long = "retval", value_name = "FUNC[@retval]")]
     pub retval: Vec<String>,
     /// Flight recorder: keep only the most recent events in a trace file
-    /// of this size (e.g. 64M), overwriting the oldest chunks.
+    /// of this size (e.g. 64M; from 1M to 16384G), overwriting the oldest
+    /// chunks.
     #[arg(long, value_name = "SIZE")]
     pub ring: Option<String>,
     /// Flight recorder: on this signal (SIGUSR1, SIGUSR2 or a real-time
@@ -96,16 +109,30 @@ impl Options {
     /// `ENV_KEEP_CALLS` (`1`), as the child inherits it.
     pub fn config(&self) -> Result<Config> {
         let max_size = match &self.max_size {
-            Some(s) => config::parse_size(s).ok_or_else(|| {
-                Error::Invalid(format!(
-                    "bad --max-size {s:?}: not a size (bytes, or a number with K, M or G)"
-                ))
-            })?,
+            Some(s) => match config::parse_size(s) {
+                Some(n) if (MIN_MAX_SIZE..=MAX_TRACE_SIZE).contains(&n) => n,
+                Some(_) => {
+                    return Err(Error::Invalid(format!(
+                        "bad --max-size {s:?}: the trace size must be from 132K (the header \
+                         and two chunks) to 16384G (16 TiB)"
+                    )));
+                }
+                None => {
+                    return Err(Error::Invalid(format!(
+                        "bad --max-size {s:?}: not a size (bytes, or a number with K, M or G)"
+                    )));
+                }
+            },
             None => config::DEFAULT_MAX_SIZE,
         };
         let ring = match &self.ring {
             Some(s) => match config::parse_size(s) {
-                Some(n) if n >= 1 << 20 => n,
+                Some(n) if (1 << 20..=MAX_TRACE_SIZE).contains(&n) => n,
+                Some(n) if n > MAX_TRACE_SIZE => {
+                    return Err(Error::Invalid(format!(
+                        "bad --ring {s:?}: larger than the largest trace, 16384G (16 TiB)"
+                    )));
+                }
                 _ => {
                     return Err(Error::Invalid(format!(
                         "bad --ring {s:?}: not a size of at least 1M (bytes, or a number with K, M or G)"
@@ -114,6 +141,13 @@ impl Options {
             },
             None => 0,
         };
+        if self.depth == Some(0) {
+            return Err(Error::Invalid(
+                "bad -D/--depth 0: it would record no call (give 1 or more; without -D there is \
+                 no depth limit)"
+                    .into(),
+            ));
+        }
         let snapshot_signal = match &self.snapshot_signal {
             Some(s) => config::parse_signal(s).ok_or_else(|| {
                 Error::Invalid(format!(
@@ -303,15 +337,33 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
     let status = child
         .wait()
         .map_err(Error::io_at(format!("cannot run {:?}", command[0])))?;
-    if output.exists() {
-        print_summary(&output);
-    } else {
-        eprintln!(
-            "fntrace: {} wrote no trace. {}",
-            command[0],
-            probe::build_advice(&command[0])
-        );
-    }
+    // Whether there is a trace to read: when the runtime could not set it
+    // up (no memory for its reservation, a full disk), the program ran
+    // untraced, and that is a failure of `record`.
+    let traced = match std::fs::metadata(&output) {
+        Ok(m) if m.len() == 0 => {
+            // What the runtime created before failing: nothing to keep.
+            let _ = std::fs::remove_file(&output);
+            eprintln!(
+                "fntrace: no trace recorded into {}: the runtime could not set it up (see \
+                 above), so {:?} ran untraced ({})",
+                output.display(),
+                command[0],
+                describe_status(status)
+            );
+            false
+        }
+        Ok(_) => print_summary(&output),
+        Err(_) => {
+            eprintln!(
+                "fntrace: {} wrote no trace ({}). {}",
+                command[0],
+                describe_status(status),
+                probe::build_advice(&command[0])
+            );
+            false
+        }
+    };
     let children = crate::tracefile::child_traces(&output);
     if !children.is_empty() {
         // A process tree (a shell script, `make`) can leave hundreds: the
@@ -341,7 +393,19 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
         crate::signals::die_like(sig);
         return Ok(ExitCode::from(128 + sig as u8));
     }
+    if !traced {
+        return Ok(ExitCode::from(2));
+    }
     Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+}
+
+/// How the program ended, for messages: "exit status 3".
+fn describe_status(status: std::process::ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "status unknown".into(),
+    }
 }
 
 /// Fails, before the program runs, when the trace cannot be created at
@@ -431,8 +495,9 @@ fn warn_unmatched_markers(prog: &Path, patterns: &[String]) {
 
 /// Prints what the trace at `output` holds (events, threads, size,
 /// damage), from the counts the writer keeps (the final block, else the
-/// chunk headers; only chunks without a count are decoded).
-pub(crate) fn print_summary(output: &Path) {
+/// chunk headers; only chunks without a count are decoded). Returns
+/// whether the trace could be read (else it printed why not).
+pub(crate) fn print_summary(output: &Path) -> bool {
     match Trace::open(output) {
         Ok(t) => {
             let events = t.event_count(None).events;
@@ -460,7 +525,11 @@ pub(crate) fn print_summary(output: &Path) {
             for n in crate::limits::notes(&t) {
                 eprintln!("fntrace: {n}");
             }
+            true
         }
-        Err(e) => eprintln!("fntrace: {e}"),
+        Err(e) => {
+            eprintln!("fntrace: {e}");
+            false
+        }
     }
 }

@@ -74,6 +74,10 @@ struct ThreadView<'t> {
     tid: u32,
     events: std::iter::Peekable<Events<'t>>,
     stack: Vec<Frame>,
+    /// Every shown frame of `stack[..opened_upto]` has its opening line
+    /// printed: [`Replayer::open_ancestors`] only looks above it, so each
+    /// frame is visited once while it is open (linear on deep stacks).
+    opened_upto: usize,
     /// Off-CPU intervals (`record --sched`) and the next one to show.
     off: Vec<(u64, u64, bool)>,
     next_off: usize,
@@ -123,9 +127,13 @@ impl Replayer<'_, '_> {
             .unwrap_or_default()
     }
 
-    /// Prints the opening lines of the shown frames of `stack` not printed yet.
-    fn open_ancestors(&mut self, tid: u32, stack: &mut [Frame]) -> io::Result<()> {
-        for f in stack.iter_mut() {
+    /// Prints the opening lines of the shown frames of the thread's stack
+    /// not printed yet.
+    fn open_ancestors(&mut self, t: &mut ThreadView<'_>) -> io::Result<()> {
+        let tid = t.tid;
+        let from = t.opened_upto.min(t.stack.len());
+        t.opened_upto = t.stack.len();
+        for f in t.stack[from..].iter_mut() {
             if f.eligible && !f.opened {
                 f.opened = true;
                 let indent = indent(f.rel.unwrap_or(0));
@@ -162,7 +170,7 @@ impl Replayer<'_, '_> {
         {
             return Ok(());
         }
-        self.open_ancestors(t.tid, &mut t.stack)?;
+        self.open_ancestors(t)?;
         let indent = indent(rel);
         let why = if preempted { "preempted" } else { "blocked" };
         writeln!(
@@ -189,7 +197,7 @@ impl Replayer<'_, '_> {
                 // Without a threshold every eligible call is shown, so its
                 // parent can be opened now, keeping lines in time order.
                 if eligible && self.o.threshold_ns == 0 {
-                    self.open_ancestors(t.tid, &mut t.stack)?;
+                    self.open_ancestors(t)?;
                 }
                 t.stack.push(Frame {
                     func,
@@ -223,7 +231,7 @@ impl Replayer<'_, '_> {
                     None => (self.o.filter.is_none(), 0),
                 };
                 if in_time && shown && self.o.depth.is_none_or(|d| rel <= d) {
-                    self.open_ancestors(t.tid, &mut t.stack)?;
+                    self.open_ancestors(t)?;
                     let indent = indent(rel);
                     let sep = if text.is_empty() { "" } else { " " };
                     writeln!(
@@ -237,11 +245,12 @@ impl Replayer<'_, '_> {
                 let Some(f) = t.stack.pop() else {
                     return Ok(());
                 };
+                t.opened_upto = t.opened_upto.min(t.stack.len());
                 let dur = self.clock.ns(tsc.saturating_sub(f.start));
                 if !f.eligible || dur < self.o.threshold_ns {
                     return Ok(());
                 }
-                self.open_ancestors(t.tid, &mut t.stack)?;
+                self.open_ancestors(t)?;
                 let tid = t.tid;
                 let d = format!("{:>12}", fmt_ns(dur));
                 let d = match (self.o.color, dur) {
@@ -309,6 +318,7 @@ pub fn write_replay(out: &mut dyn Write, trace: &Trace, o: &ReplayOptions) -> io
             tid,
             events: Events::new(trace, tid).peekable(),
             stack: vec![],
+            opened_upto: 0,
             off: trace.offcpu_tsc(tid),
             next_off: 0,
         })

@@ -384,11 +384,42 @@ pub fn run(
         }
         markers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     }
+    // A selection that matches nothing is an error, as in `graph` (an
+    // empty table would look like an empty trace).
+    if rows.is_empty() && markers.is_empty() && !sel.is_all() {
+        return Err(crate::Error::Invalid(format!(
+            "{}: no calls in the selection ({})",
+            path.display(),
+            describe(select)
+        )));
+    }
     write_report(out, &rows, format)?;
     if format == Format::Table {
         write_marker_counts(out, &markers)?;
     }
     Ok(())
+}
+
+/// The selection options given, as typed: `--filter "x" --tid 7`.
+fn describe(s: &SelectArgs) -> String {
+    let mut v = vec![];
+    if let Some(t) = s.tid {
+        v.push(format!("--tid {t}"));
+    }
+    let texts = [
+        ("--time-range", &s.time_range),
+        ("--filter", &s.filter),
+        ("--threshold", &s.threshold),
+    ];
+    for (opt, val) in texts {
+        if let Some(x) = val {
+            v.push(format!("{opt} {x:?}"));
+        }
+    }
+    if let Some(d) = s.depth {
+        v.push(format!("--depth {d}"));
+    }
+    v.join(" ")
 }
 
 /// Merges the rows of two traces by function name (and thread), sorted by

@@ -56,14 +56,43 @@ pub fn child_traces(output: &Path) -> Vec<PathBuf> {
 /// `output.PID[.N]`) are renamed to `output.old` (and `output.old.PID[.N]`),
 /// replacing an older `.old` family, as uftrace keeps `uftrace.data.old`.
 /// Returns the `.old` path when there was something to keep.
+///
+/// Only regular files (or symbolic links to regular files, which are
+/// moved or removed as links) are moved aside or replaced: when `output`,
+/// one of its child traces or an `.old` file to replace is anything else
+/// (a directory, a device, a FIFO, a socket, a dangling link), nothing is
+/// touched and the error says which and what it is.
 pub fn keep_old(output: &Path) -> Result<Option<PathBuf>> {
     let children = child_traces(output);
+    if let Some(what) = not_a_file(output) {
+        return Err(crate::Error::Invalid(format!(
+            "cannot record to {}: it is {what} (give a file path)",
+            output.display()
+        )));
+    }
     if std::fs::symlink_metadata(output).is_err() && children.is_empty() {
         return Ok(None);
     }
     let mut old = output.as_os_str().to_os_string();
     old.push(".old");
     let old = PathBuf::from(old);
+    let old_family: Vec<PathBuf> = std::iter::once(old.clone())
+        .chain(child_traces(&old))
+        .collect();
+    // Everything is checked before anything moves.
+    for (f, role) in children.iter().map(|c| (c, "not a trace")).chain(
+        old_family
+            .iter()
+            .map(|f| (f, "not an earlier trace to replace")),
+    ) {
+        if let Some(what) = not_a_file(f) {
+            return Err(crate::Error::Invalid(format!(
+                "cannot record to {}: {} is {what}, {role} (move it away or give another file path)",
+                output.display(),
+                f.display()
+            )));
+        }
+    }
     let fail = |p: &Path, what: &str| {
         crate::Error::io_at(format!(
             "{}: cannot {what} (to keep the previous trace as {})",
@@ -71,11 +100,11 @@ pub fn keep_old(output: &Path) -> Result<Option<PathBuf>> {
             old.display()
         ))
     };
-    for f in std::iter::once(old.clone()).chain(child_traces(&old)) {
-        match std::fs::remove_file(&f) {
+    for f in &old_family {
+        match std::fs::remove_file(f) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(fail(&f, "remove")(e)),
+            Err(e) => return Err(fail(f, "remove")(e)),
         }
     }
     if std::fs::symlink_metadata(output).is_ok() {
@@ -95,6 +124,46 @@ pub fn keep_old(output: &Path) -> Result<Option<PathBuf>> {
         std::fs::rename(&c, &to).map_err(fail(&c, "rename"))?;
     }
     Ok(Some(old))
+}
+
+/// What the entry at `p` is when it is not a file a recording may move
+/// aside, replace or write: "a directory", "a FIFO", "a symbolic link to a
+/// character device", "a dangling symbolic link", ...; `None` for a
+/// regular file, a symbolic link to one, and when nothing is at `p` (or
+/// it cannot be looked at: the operation that follows says why).
+pub(crate) fn not_a_file(p: &Path) -> Option<String> {
+    let m = std::fs::symlink_metadata(p).ok()?;
+    if !m.file_type().is_symlink() {
+        return (!m.is_file()).then(|| file_kind(m.file_type()).to_string());
+    }
+    match std::fs::metadata(p) {
+        Ok(t) if t.is_file() => None,
+        Ok(t) => Some(format!("a symbolic link to {}", file_kind(t.file_type()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some("a dangling symbolic link".into()),
+        Err(e) => Some(format!("a symbolic link that cannot be followed ({e})")),
+    }
+}
+
+/// What a file of type `ft` is, for messages ("a directory", "a FIFO").
+pub(crate) fn file_kind(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_file() {
+        "a regular file"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// Opens a trace.

@@ -114,6 +114,16 @@ fn folded_flamegraph_graph_and_diff() {
         deepest = deepest.max(stack.split(';').count());
     }
     assert_eq!(deepest, 13);
+    // `-o -` is standard output (not a file named "-" in the current
+    // directory): the same stacks.
+    let out = Command::new(fntrace())
+        .args(["export", &s(&a), "--format", "folded", "-o", "-"])
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), text);
+    assert!(!d.path().join("-").exists());
     let rows: serde_json::Value =
         serde_json::from_str(&fntrace_ok(&["report", &s(&a), "--format", "json"])).unwrap();
     let main_total = rows

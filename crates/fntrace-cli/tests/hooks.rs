@@ -398,6 +398,167 @@ fn cpp_exceptions_through_instrumented_frames() {
     }
 }
 
+/// Calls after `main` returns (an `atexit` handler, an ELF destructor)
+/// are recorded like the rest: the main thread's stream stays open through
+/// `exit` until the session ends. (Its TLS destructor, which glibc runs
+/// first, used to close it, and these calls were lost without a word.)
+#[test]
+fn calls_after_main_are_recorded() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in C_MODES {
+        let bin = build(d.path(), "atexit.c", &format!("ax-{name}"), flags);
+        assert_eq!(
+            run_traced(d.path(), &bin, &[]),
+            "main ran\natexit ran\ndtor ran\n",
+            "{name}"
+        );
+        let t = common::call_tree(&d.path().join("t.data"));
+        for top in ["ctor", "main", "at_exit_fn", "dtor"] {
+            t.expect(name, top, None, 1);
+            assert_eq!(
+                t.edges.get(&(String::new(), top.to_string())),
+                Some(&1),
+                "{name}: {top}"
+            );
+        }
+        let mut helpers: Vec<_> = t
+            .edges
+            .iter()
+            .filter(|((_, c), _)| c == "helper")
+            .map(|((p, _), n)| (p.as_str(), *n))
+            .collect();
+        helpers.sort();
+        assert_eq!(
+            helpers,
+            [("at_exit_fn", 1), ("ctor", 1), ("dtor", 1), ("main", 1)],
+            "{name}"
+        );
+        assert_eq!(t.incomplete, 0, "{name}");
+    }
+}
+
+/// A signal handler that leaves with `siglongjmp` while the recorder was
+/// writing an event (its `busy` flag set) gives the thread back to the
+/// recorder: every later call is recorded, in the right place, and the
+/// calls the handler made meanwhile are counted as dropped, not lost
+/// silently. Once the thread stopped recording for good at the first such
+/// jump (and a jump out of the file's growth deadlocked on its lock).
+#[test]
+fn siglongjmp_out_of_an_interrupted_recorder() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in C_MODES {
+        let bin = build(d.path(), "sigjump.c", &format!("sj-{name}"), flags);
+        assert_eq!(
+            run_traced(d.path(), &bin, &[]),
+            "jumps=20 after=1\n",
+            "{name}"
+        );
+        let t = common::call_tree(&d.path().join("t.data"));
+        t.expect(name, "sigjump_loop", Some("main"), 1);
+        t.expect(name, "after", Some("main"), 1);
+        // A signal that lands between a function's first instruction and
+        // the recording of its entry abandons a call that was never
+        // recorded: `busy` and `busy_inner` may miss an entry or two, and
+        // what they called then sits one level up. Nothing else moves.
+        let callers = |callee: &str| -> Vec<(&str, u64)> {
+            let mut v: Vec<_> = t
+                .edges
+                .iter()
+                .filter(|((_, c), _)| c == callee)
+                .map(|((p, _), n)| (p.as_str(), *n))
+                .collect();
+            v.sort();
+            v
+        };
+        let busy = callers("busy");
+        assert!(
+            busy.len() == 1 && busy[0].0 == "sigjump_loop" && busy[0].1 >= 15,
+            "{name}: busy under {busy:?}"
+        );
+        let inner = callers("busy_inner");
+        assert!(
+            inner
+                .iter()
+                .all(|(p, _)| ["busy", "sigjump_loop"].contains(p))
+                && inner.iter().map(|c| c.1).sum::<u64>() >= 15,
+            "{name}: busy_inner under {inner:?}"
+        );
+        let leaf = callers("leaf");
+        assert!(
+            leaf.iter()
+                .all(|(p, _)| ["busy_inner", "busy", "handler", "after"].contains(p)),
+            "{name}: leaf under {leaf:?}"
+        );
+        assert_eq!(t.incomplete, 0, "{name}");
+    }
+}
+
+/// GNU C nested functions (a static chain in r10, saved by gcc around
+/// the hook) keep their results and their place in the tree on every
+/// mechanism, also with `-fcf-protection` (where gcc puts the push before
+/// the `endbr64`) and in counting mode.
+#[test]
+fn nested_functions_keep_their_static_chain() {
+    let d = tempfile::tempdir().unwrap();
+    let cet: [(&str, &[&str]); 3] = [
+        ("fentry-cet", &["-pg", "-mfentry", "-fcf-protection"]),
+        ("fentry-hijack-cet", &["-pg", "-mfentry", "-fcf-protection"]),
+        (
+            "nop-mcount-cet",
+            &[
+                "-pg",
+                "-mfentry",
+                "-mnop-mcount",
+                "-mrecord-mcount",
+                "-no-pie",
+                "-fno-pie",
+                "-fcf-protection",
+            ],
+        ),
+    ];
+    for (name, flags) in C_MODES.iter().chain(cet.iter()) {
+        let mut f = flags.to_vec();
+        f.push("-Wl,-z,execstack");
+        let bin = build(d.path(), "nested.c", &format!("nest-{name}"), &f);
+        assert_eq!(run_plain(&bin, &[]), "780\n");
+        assert_eq!(run_traced(d.path(), &bin, &[]), "780\n", "{name}");
+        let t = common::call_tree(&d.path().join("t.data"));
+        t.expect(name, "use_nested", Some("main"), 5);
+        t.expect(name, "apply", Some("use_nested"), 5);
+        // add.0 and leaf sit at two depths (called directly and through
+        // apply): every (caller, callee) pair is checked instead.
+        let mut edges: Vec<_> = t
+            .edges
+            .iter()
+            .filter(|((_, c), _)| c == "add.0" || c == "leaf")
+            .map(|((p, c), n)| (p.as_str(), c.as_str(), *n))
+            .collect();
+        edges.sort();
+        assert_eq!(
+            edges,
+            [
+                ("add.0", "leaf", 35),
+                ("apply", "add.0", 20),
+                ("use_nested", "add.0", 15)
+            ],
+            "{name}"
+        );
+        assert_eq!(t.incomplete, 0, "{name}");
+        if name.starts_with("fentry") && !name.contains("hijack") {
+            // Counting mode takes the hook's other path.
+            let out = common::record_cmd(&d.path().join("c.data"), &["--count"], &bin, &[])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{name} --count: {out:?}");
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "780\n",
+                "{name} --count"
+            );
+        }
+    }
+}
+
 #[test]
 fn unwound_frames_are_closed_on_every_mechanism() {
     let d = tempfile::tempdir().unwrap();

@@ -321,47 +321,68 @@ fn cpp_exceptions_threads_and_futures_through_library_calls() {
     // tests/hooks/unwind.cc (exceptions through traced frames, rethrow,
     // futures, longjmp, signal handlers on alternate stacks) with every
     // library call recorded: same output as untraced, every call closed,
-    // C++ library functions demangled.
+    // C++ library functions demangled. Built with gcc's fentry hooks and
+    // with clang's XRay sleds: under XRay, a library call that tail-calls
+    // a traced function (libstdc++'s `__once_proxy`, which `std::async`
+    // reaches through `std::call_once`) once had its frame closed by that
+    // function's entry, and the return through its slot aborted.
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("unwind");
-    tool(
-        "g++",
-        &[
-            "-O2",
-            "-g",
-            "-pg",
-            "-mfentry",
-            "-o",
-            exe.to_str().unwrap(),
-            common::UNWIND_CC,
-            "-lpthread",
-        ],
-    );
-    let plain = Command::new(&exe).output().unwrap();
-    assert!(plain.status.success());
-    let data = dir.path().join("u.data");
-    let out = common::record_cmd(&data, &["--libcalls"], &exe, &[])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.stdout, plain.stdout);
-    let t = call_tree(&data);
-    assert_eq!(t.incomplete, 0);
-    t.expect("c++", "pthread_create@libc.so.6", Some("main"), 4);
-    assert!(
-        t.edges
-            .keys()
-            .any(|e| e.1 == "__cxa_allocate_exception@libstdc++.so.6"),
-        "exceptions are allocated through a library call"
-    );
-    // `std::thread::join()@libstdc++.so.6`, cut at its argument list.
-    assert!(
-        t.edges.keys().any(|e| e.1 == "std::thread::join"),
-        "{:?}",
-        t.edges.keys().map(|e| &e.1).collect::<Vec<_>>()
-    );
+    let builds: [(&str, &str, &[&str]); 2] = [
+        ("fentry", "g++", &["-O2", "-g", "-pg", "-mfentry"]),
+        (
+            "xray",
+            "clang++-14",
+            &[
+                "-O2",
+                "-g",
+                "-fxray-instrument",
+                "-fxray-instruction-threshold=1",
+            ],
+        ),
+    ];
+    for (name, cc, flags) in builds {
+        let exe = dir.path().join(format!("unwind-{name}"));
+        let mut args = flags.to_vec();
+        args.extend(["-o", exe.to_str().unwrap(), common::UNWIND_CC, "-lpthread"]);
+        tool(cc, &args);
+        let plain = Command::new(&exe).output().unwrap();
+        assert!(plain.status.success(), "{name}");
+        let data = dir.path().join("u.data");
+        let out = common::record_cmd(&data, &["--libcalls"], &exe, &[])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.stdout, plain.stdout, "{name}");
+        let t = call_tree(&data);
+        assert_eq!(t.incomplete, 0, "{name}");
+        t.expect(name, "pthread_create@libc.so.6", Some("main"), 4);
+        assert!(
+            t.edges
+                .keys()
+                .any(|e| e.1 == "__cxa_allocate_exception@libstdc++.so.6"),
+            "{name}: exceptions are allocated through a library call"
+        );
+        // `std::thread::join()@libstdc++.so.6`, cut at its argument list.
+        assert!(
+            t.edges.keys().any(|e| e.1 == "std::thread::join"),
+            "{name}: {:?}",
+            t.edges.keys().map(|e| &e.1).collect::<Vec<_>>()
+        );
+        // The futures' functions run under `__once_proxy`, inside
+        // `pthread_once`.
+        assert!(
+            t.edges
+                .keys()
+                .any(|e| e.0 == "pthread_once@libc.so.6" && e.1 == "__once_proxy@libstdc++.so.6"),
+            "{name}: {:?}",
+            t.edges
+                .keys()
+                .filter(|e| e.1.contains("once"))
+                .collect::<Vec<_>>()
+        );
+    }
 }

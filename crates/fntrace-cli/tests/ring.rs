@@ -539,3 +539,58 @@ fn progress_on_a_terminal_from_the_live_counters() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&o.stderr).contains("events/s"));
 }
+
+/// More threads writing at once than the ring has chunks: the threads
+/// that found no chunk are counted, and `record` and `info` say why in
+/// the ring's terms (not a `--max-size` or a full disk, which a flight
+/// recorder never meets).
+#[test]
+fn a_ring_with_fewer_chunks_than_threads_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    let c = d.path().join("many.c");
+    std::fs::write(
+        &c,
+        "#include <pthread.h>\n\
+         #include <stdio.h>\n\
+         static pthread_barrier_t b;\n\
+         __attribute__((noinline)) int leaf(int x) { return x + 1; }\n\
+         static void *run(void *a) { leaf(1); pthread_barrier_wait(&b); leaf(2); return a; }\n\
+         int main(void) {\n\
+           pthread_t t[40];\n\
+           pthread_barrier_init(&b, 0, 40);\n\
+           for (int i = 0; i < 40; i++) pthread_create(&t[i], 0, run, 0);\n\
+           for (int i = 0; i < 40; i++) pthread_join(t[i], 0);\n\
+           printf(\"done\\n\");\n\
+           return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    let bin = d.path().join("many");
+    tool(
+        "gcc",
+        &[
+            "-O1",
+            "-pg",
+            "-o",
+            bin.to_str().unwrap(),
+            c.to_str().unwrap(),
+            "-lpthread",
+        ],
+    );
+    let data = d.path().join("t.data");
+    let out = common::record_cmd(&data, &["--ring", "1M"], &bin, &[])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("every chunk of the ring"), "{err}");
+    assert!(!err.contains("--max-size"), "{err}");
+    let info = std::process::Command::new(common::fntrace_bin())
+        .arg("info")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(info.contains("every chunk of the ring"), "{info}");
+}

@@ -7,13 +7,16 @@
 //! This crate owns the layout ([`layout`]), the event encoding and the
 //! writer primitives the runtime uses on its hot path ([`event`],
 //! [`varint`]), and a streaming reader ([`reader`]) whose memory is bounded
-//! by one chunk per open stream. [`writer`] builds whole trace files in memory
+//! by one chunk per open stream; [`regular`] opens input files only when
+//! they are regular files, [`text`] makes names safe to print. [`writer`] builds whole trace files in memory
 //! for tests and offline tools.
 
 pub mod event;
 pub mod layout;
 pub mod reader;
+pub mod regular;
 pub mod snapshot;
+pub mod text;
 pub mod varint;
 pub mod writer;
 

@@ -252,6 +252,11 @@ fn write_ev(c: &mut ChunkBuf, ev: &Ev) -> bool {
     }
 }
 
+/// `s` as the reader returns names: control characters escaped.
+fn clean(s: &str) -> String {
+    fntrace_format::text::sanitize(s).into_owned()
+}
+
 /// The record the reader must produce for `ev`; `tsc` is the running TSC.
 fn expect(ev: &Ev, tsc: &mut u64) -> Record {
     let mut at = |d: u64| {
@@ -265,13 +270,15 @@ fn expect(ev: &Ev, tsc: &mut u64) -> Record {
         },
         Ev::Exit(d) => Record::Exit { tsc: at(*d) },
         Ev::Tail(d) => Record::TailExit { tsc: at(*d) },
+        // Names and arguments come back without control characters
+        // (paths raw: they must open their file).
         Ev::Start(d, n) => Record::ThreadStart {
             tsc: at(*d),
-            name: n.clone(),
+            name: clean(n),
         },
         Ev::End(d, n) => Record::ThreadExit {
             tsc: at(*d),
-            name: n.clone(),
+            name: clean(n),
         },
         Ev::Lost(d, count) => Record::Lost {
             tsc: at(*d),
@@ -282,7 +289,7 @@ fn expect(ev: &Ev, tsc: &mut u64) -> Record {
             pid: *pid,
             ppid: *ppid,
             exe: exe.clone(),
-            args: args.clone(),
+            args: args.iter().map(|a| clean(a)).collect(),
         }),
         Ev::Module(bias, start, size, id, path) => Record::Module(ModuleInfo {
             bias: *bias,
@@ -293,12 +300,12 @@ fn expect(ev: &Ev, tsc: &mut u64) -> Record {
         }),
         Ev::Site(key, prefix, name, file, line) => Record::Site(SiteInfo {
             key: *key,
-            name: if prefix.is_empty() {
+            name: clean(&if prefix.is_empty() {
                 name.clone()
             } else {
                 format!("{prefix}::{name}")
-            },
-            file: file.clone(),
+            }),
+            file: clean(file),
             line: u32::try_from(*line).unwrap_or(u32::MAX),
         }),
     }

@@ -305,6 +305,7 @@ fn register_site(
     self_type: Option<fn() -> &'static str>,
     sid: u32,
 ) {
+    recorder::note_source_site();
     let old = site.registered.load(Ordering::Relaxed);
     if site
         .registered

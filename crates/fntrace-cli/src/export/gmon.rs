@@ -10,6 +10,13 @@
 //! Addresses are link-time addresses of the main executable (what glibc
 //! writes for PIE too); arcs outside it are dropped, as glibc does.
 //!
+//! gprof adds up the records of one arc (in a 64-bit count), so an arc of
+//! more than `u32::MAX` calls is written as several records, at most
+//! [`MAX_ARC_RECORDS`]: a count beyond [`MAX_ARC_CALLS`] (68.7 billion
+//! calls; a damaged or hostile trace can claim 2^62, which would take a
+//! billion records) is written as that many, and the summary says which
+//! arcs were capped.
+//!
 //! With a selection (`--tid`, `--filter`, ...), the arcs and histogram
 //! are those of the selected calls only: an arc joins a selected call to
 //! its selected caller (a selected call whose caller is not selected is
@@ -29,6 +36,21 @@ use crate::select::{SelectedEvents, Selection};
 const BIN_BYTES: u64 = 4;
 /// Histogram counts are in these units per second (µs).
 const PROF_RATE: u32 = 1_000_000;
+/// Most records one arc is written as (each holds a 32-bit count).
+pub const MAX_ARC_RECORDS: u64 = 16;
+/// Most calls one arc is written with: [`MAX_ARC_RECORDS`] full records.
+pub const MAX_ARC_CALLS: u64 = MAX_ARC_RECORDS * u32::MAX as u64;
+
+/// An arc whose count was more than gmon.out holds ([`MAX_ARC_CALLS`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CappedArc {
+    /// The calling function (its symbol, else the call site's address).
+    pub caller: String,
+    /// The called function (its symbol, else its address).
+    pub callee: String,
+    /// The count in the trace.
+    pub count: u64,
+}
 
 /// What went into a gmon export.
 #[derive(Debug, Default)]
@@ -39,6 +61,8 @@ pub struct GmonSummary {
     pub calls: u64,
     /// Whether the arcs came from a counting trace (else from timed calls).
     pub counted: bool,
+    /// Arcs written with [`MAX_ARC_CALLS`] calls instead of their count.
+    pub capped: Vec<CappedArc>,
 }
 
 /// Collects the arcs and self times of the (selected) calls of one thread.
@@ -87,7 +111,8 @@ pub fn write_gmon(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
     }
     if counted {
         for &(from, to, n) in &meta.arcs {
-            *arcs.entry((from, to)).or_default() += n;
+            let a = arcs.entry((from, to)).or_default();
+            *a = a.saturating_add(n);
         }
     } else {
         for tid in sel.threads(trace) {
@@ -99,14 +124,31 @@ pub fn write_gmon(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
         }
     }
     // Text range of the executable, link-time.
-    let data = std::fs::read(&exe.path)?;
+    // A regular file only, of bounded size (a hostile trace may name a
+    // device or a FIFO as its program).
+    let data = fntrace_format::regular::read_regular(
+        std::path::Path::new(&exe.path),
+        fntrace_format::regular::MAX_READ_BYTES,
+    )
+    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", exe.path)))?;
     let obj = object::File::parse(&*data).map_err(io::Error::other)?;
-    let mut funcs: Vec<(u64, u64)> = obj
+    let mut named: Vec<(u64, u64, &str)> = obj
         .symbols()
         .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
-        .map(|s| (s.address(), s.size()))
+        .map(|s| (s.address(), s.size(), s.name().unwrap_or("")))
         .collect();
-    funcs.sort_unstable();
+    named.sort_unstable();
+    let funcs: Vec<(u64, u64)> = named.iter().map(|&(a, n, _)| (a, n)).collect();
+    // The function at a link-time address, for messages.
+    let name_at = |a: u64| {
+        let i = named.partition_point(|f| f.0 <= a);
+        match i.checked_sub(1).map(|i| named[i]) {
+            Some((start, size, name)) if !name.is_empty() && a < start + size.max(1) => {
+                name.to_string()
+            }
+            _ => format!("{a:#x}"),
+        }
+    };
     let low = funcs.first().map(|f| f.0).unwrap_or(0) & !(BIN_BYTES - 1);
     let high = funcs.iter().map(|f| f.0 + f.1).max().unwrap_or(low) + BIN_BYTES;
     let in_exe = |a: u64| exe.contains(a);
@@ -159,7 +201,14 @@ pub fn write_gmon(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
         if !in_exe(from) || !in_exe(to) {
             continue;
         }
-        let mut n = n;
+        if n > MAX_ARC_CALLS {
+            sum.capped.push(CappedArc {
+                caller: name_at(link(from)),
+                callee: name_at(link(to)),
+                count: n,
+            });
+        }
+        let mut n = n.min(MAX_ARC_CALLS);
         while n > 0 {
             let c = n.min(u64::from(u32::MAX));
             out.write_all(&[1u8])?;
@@ -168,7 +217,7 @@ pub fn write_gmon(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
             out.write_all(&(c as u32).to_le_bytes())?;
             n -= c;
             sum.arcs += 1;
-            sum.calls += c;
+            sum.calls = sum.calls.saturating_add(c);
         }
     }
     Ok(sum)

@@ -10,7 +10,7 @@ pub mod perfetto;
 pub mod xray;
 
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use chrome::write_chrome;
 pub use flamegraph::{write_flamegraph, write_flamegraph_of};
@@ -57,7 +57,11 @@ pub enum ExportFormat {
 ///
 /// The file is written under a temporary name in the same directory and
 /// renamed into place when complete, so that a failed export leaves no
-/// file (and does not destroy an earlier one).
+/// file (and does not destroy an earlier one); a symbolic link is written
+/// through (the file it leads to is replaced, the link stays). A
+/// character device or a FIFO (`/dev/stdout`, `/dev/null`, a named pipe)
+/// is written directly. A directory, a block device, a socket and the
+/// input trace itself are refused before anything is read.
 pub fn run(path: &Path, format: ExportFormat, output: &Path, select: &SelectArgs) -> Result<()> {
     run_weighted(path, format, output, select, Weight::Wall)
 }
@@ -79,6 +83,7 @@ pub fn run_weighted(
             "--weight applies to the folded and flamegraph exports".into(),
         ));
     }
+    let target = Target::of(output, path)?;
     let t = open_checked(path)?;
     if !sel.is_all() && format == ExportFormat::Gmon && !t.metadata().arcs.is_empty() {
         return Err(Error::Invalid(format!(
@@ -100,28 +105,118 @@ pub fn run_weighted(
             path.display()
         )));
     }
-    let tmp = TempOutput::create(output)?;
-    write(&t, path, format, output, tmp.file()?, &sel, weight)?;
-    tmp.persist()
+    let (file, tmp) = match target {
+        Target::Replace(file) => {
+            let (tmp, f) = TempOutput::create(output, &file)?;
+            (f, Some(tmp))
+        }
+        Target::Direct => {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(output)
+                .map_err(Error::io_at(format!(
+                    "cannot export to {}",
+                    output.display()
+                )))?;
+            (f, None)
+        }
+        Target::Stdout => {
+            use std::os::fd::AsFd;
+            let fd = io::stdout()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(Error::io_at("cannot export to standard output".to_string()))?;
+            (std::fs::File::from(fd), None)
+        }
+    };
+    let mut buf = io::BufWriter::with_capacity(
+        1 << 20,
+        Watched {
+            inner: file,
+            failed: false,
+        },
+    );
+    let said = match write(&t, format, output, &mut buf, &sel, weight).and_then(|s| {
+        buf.flush()?;
+        Ok(s)
+    }) {
+        Ok(s) => s,
+        // A failure to write the output names the output; any other (the
+        // executable a gmon or XRay export reads, a module map missing)
+        // names the trace.
+        Err(e) if buf.get_ref().failed => {
+            return Err(Error::io_at(format!("{}: cannot write", output.display()))(
+                e,
+            ));
+        }
+        Err(e) => {
+            return Err(Error::io_at(format!("{}: cannot export", path.display()))(
+                e,
+            ));
+        }
+    };
+    drop(buf);
+    if let Some(tmp) = tmp {
+        tmp.persist()?;
+    }
+    // Only now is the export in place: what it holds, and its warnings.
+    for line in said {
+        eprintln!("fntrace: {line}");
+    }
+    Ok(())
 }
 
-/// Writes the export into `file` (the temporary file of `output`).
+/// A writer that remembers whether writing to it failed (to tell a
+/// failure of the output from the other errors of an export).
+struct Watched<W> {
+    inner: W,
+    failed: bool,
+}
+
+impl<W: Write> Write for Watched<W> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let r = self.inner.write(b);
+        self.failed |= r.is_err();
+        r
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let r = self.inner.flush();
+        self.failed |= r.is_err();
+        r
+    }
+}
+
+/// Writes the export into `buf` and returns what to say about it once it
+/// is in place at `output` (the summary line, after any warnings).
 fn write(
     t: &fntrace_format::Trace,
-    path: &Path,
     format: ExportFormat,
     output: &Path,
-    file: std::fs::File,
+    buf: &mut dyn Write,
     sel: &Selection,
     weight: Weight,
-) -> Result<()> {
-    let mut buf = io::BufWriter::with_capacity(1 << 20, file);
+) -> io::Result<Vec<String>> {
+    let mut said = vec![];
     match format {
         ExportFormat::Gmon => {
-            let s = write_gmon(&mut buf, t, sel)
-                .map_err(Error::io_at(format!("{}: cannot export", path.display())))?;
-            eprintln!(
-                "fntrace: wrote {} arcs ({} calls, from {}) to {}",
+            let s = write_gmon(buf, t, sel)?;
+            if let Some(first) = s.capped.first() {
+                said.push(format!(
+                    "warning: the arc {} -> {} claims {} calls, more than gmon.out holds: \
+                     written as {}{} (the trace may be damaged)",
+                    first.caller,
+                    first.callee,
+                    first.count,
+                    gmon::MAX_ARC_CALLS,
+                    match s.capped.len() - 1 {
+                        0 => String::new(),
+                        n => format!(", and so are {n} more arcs"),
+                    }
+                ));
+            }
+            said.push(format!(
+                "wrote {} arcs ({} calls, from {}) to {}",
                 s.arcs,
                 s.calls,
                 if s.counted {
@@ -130,26 +225,25 @@ fn write(
                     "timed calls"
                 },
                 output.display()
-            );
+            ));
         }
         ExportFormat::Perfetto => {
-            let s = write_perfetto(&mut buf, t, sel)
-                .map_err(Error::io_at(format!("{}: cannot write", output.display())))?;
-            eprintln!(
-                "fntrace: wrote {} track events of {} threads ({} bytes) to {}",
+            let s = write_perfetto(buf, t, sel)?;
+            said.push(format!(
+                "wrote {} track events of {} threads ({} bytes) to {}",
                 s.events,
                 s.threads,
                 s.bytes,
                 output.display()
-            );
+            ));
         }
         ExportFormat::Chrome => {
-            let n = write_chrome(&mut buf, t, sel)?;
-            eprintln!("fntrace: wrote {n} events to {}", output.display());
+            let n = write_chrome(buf, t, sel)?;
+            said.push(format!("wrote {n} events to {}", output.display()));
         }
         ExportFormat::Folded => {
-            let n = write_folded_of(&mut buf, t, sel, weight)?;
-            eprintln!("fntrace: wrote {n} stacks to {}", output.display());
+            let n = write_folded_of(buf, t, sel, weight)?;
+            said.push(format!("wrote {n} stacks to {}", output.display()));
         }
         ExportFormat::Flamegraph => {
             let title = t
@@ -157,27 +251,26 @@ fn write(
                 .process
                 .as_ref()
                 .map(|p| p.args.join(" "))
-                .unwrap_or_else(|| path.display().to_string());
+                .unwrap_or_else(|| t.path().display().to_string());
             let title = match weight {
                 Weight::Wall => title,
                 Weight::OnCpu => format!("{title} (on CPU)"),
                 Weight::OffCpu => format!("{title} (off CPU)"),
             };
-            let n = write_flamegraph_of(&mut buf, t, &title, sel, weight)?;
-            eprintln!(
-                "fntrace: wrote a flame graph of {n} stacks to {}",
+            let n = write_flamegraph_of(buf, t, &title, sel, weight)?;
+            said.push(format!(
+                "wrote a flame graph of {n} stacks to {}",
                 output.display()
-            );
+            ));
         }
         ExportFormat::Html => {
-            write_html(&mut buf, t, sel)?;
-            eprintln!("fntrace: wrote {}", output.display());
+            write_html(buf, t, sel)?;
+            said.push(format!("wrote {}", output.display()));
         }
         ExportFormat::Xray => {
-            let s = write_xray(&mut buf, t, sel)
-                .map_err(Error::io_at(format!("{}: cannot export", path.display())))?;
-            eprintln!(
-                "fntrace: wrote {} XRay records to {}{}",
+            let s = write_xray(buf, t, sel)?;
+            said.push(format!(
+                "wrote {} XRay records to {}{}",
                 s.records,
                 output.display(),
                 if s.skipped > 0 {
@@ -188,12 +281,10 @@ fn write(
                 } else {
                     String::new()
                 }
-            );
+            ));
         }
     }
-    buf.flush()
-        .map_err(Error::io_at(format!("{}: cannot write", output.display())))?;
-    Ok(())
+    Ok(said)
 }
 
 /// Whether a trace holds counted arcs and no timed call.
@@ -205,47 +296,144 @@ fn counted_only(t: &fntrace_format::Trace) -> bool {
         })
 }
 
+/// Where an export goes, decided before the trace is read.
+enum Target {
+    /// A regular file (or none yet) at this path (the output, or where its
+    /// symbolic links lead): written under a temporary name next to it
+    /// and renamed onto it.
+    Replace(PathBuf),
+    /// A character device or a FIFO (`/dev/null`, `/dev/stdout` on a
+    /// pipe or a terminal): opened and written in place.
+    Direct,
+    /// `-o -`: standard output.
+    Stdout,
+}
+
+impl Target {
+    /// Where `output` leads, refusing a directory, a block device, a
+    /// socket and the trace `input` itself with one line that says so.
+    fn of(output: &Path, input: &Path) -> Result<Target> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        if output.as_os_str() == "-" {
+            return Ok(Target::Stdout);
+        }
+        let refuse =
+            |why: &str| Error::Invalid(format!("cannot export to {}: {why}", output.display()));
+        // Following symbolic links: what would be written.
+        let m = match std::fs::metadata(output) {
+            Ok(m) => m,
+            // Nothing there (or a dangling link): the file is created.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(Target::Replace(resolve_links(output)?));
+            }
+            Err(e) => {
+                return Err(Error::io_at(format!(
+                    "cannot export to {}",
+                    output.display()
+                ))(e));
+            }
+        };
+        if let Ok(i) = std::fs::metadata(input)
+            && (i.dev(), i.ino()) == (m.dev(), m.ino())
+        {
+            return Err(refuse(&format!(
+                "it is the trace being exported, {} (give another file path)",
+                input.display()
+            )));
+        }
+        let ft = m.file_type();
+        if ft.is_file() {
+            return Ok(Target::Replace(resolve_links(output)?));
+        }
+        if ft.is_char_device() || ft.is_fifo() {
+            return Ok(Target::Direct);
+        }
+        let link = std::fs::symlink_metadata(output).is_ok_and(|l| l.file_type().is_symlink());
+        Err(refuse(&format!(
+            "it is {}{} (give a file path)",
+            if link { "a symbolic link to " } else { "" },
+            crate::tracefile::file_kind(ft)
+        )))
+    }
+}
+
+/// `p` with the symbolic links of its last component followed (the file
+/// they lead to, which need not exist), so that an export replaces that
+/// file and not the link.
+fn resolve_links(p: &Path) -> Result<PathBuf> {
+    let mut p = p.to_path_buf();
+    // As many as the kernel follows (MAXSYMLINKS).
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = std::fs::read_link(&p).map_err(Error::io_at(format!(
+                    "{}: cannot read the link",
+                    p.display()
+                )))?;
+                p = match p.parent() {
+                    Some(dir) if to.is_relative() => dir.join(to),
+                    _ => to,
+                };
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(Error::Invalid(format!(
+        "cannot export to {}: too many levels of symbolic links",
+        p.display()
+    )))
+}
+
 /// An output file written under a temporary name next to its final path
 /// and renamed there by [`TempOutput::persist`]; removed if dropped before.
 struct TempOutput {
-    tmp: std::path::PathBuf,
-    output: std::path::PathBuf,
+    tmp: PathBuf,
+    /// The file to replace.
+    file: PathBuf,
+    /// The path given (for messages).
+    output: PathBuf,
     done: bool,
 }
 
+/// The temporary name of an export to `name` by process `pid`.
+fn temp_name(name: &std::ffi::OsStr, pid: u32) -> std::ffi::OsString {
+    let mut tmp = std::ffi::OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".fntrace-{pid}.tmp"));
+    tmp
+}
+
 impl TempOutput {
-    fn create(output: &Path) -> Result<TempOutput> {
-        let name = output
+    /// Creates the temporary file of an export to `output`, which replaces
+    /// `file` (`output` itself, or where its links lead), and opens it.
+    fn create(output: &Path, file: &Path) -> Result<(TempOutput, std::fs::File)> {
+        let name = file
             .file_name()
             .ok_or_else(|| Error::Invalid(format!("{}: not a file name", output.display())))?;
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".fntrace-{}.tmp", std::process::id()));
-        let tmp = output.with_file_name(tmp_name);
-        std::fs::OpenOptions::new()
+        remove_stale_temps(file, name);
+        let tmp = file.with_file_name(temp_name(name, std::process::id()));
+        let f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&tmp)
-            .map_err(Error::io_at(format!("{}: cannot create", output.display())))?;
-        Ok(TempOutput {
-            tmp,
-            output: output.to_path_buf(),
-            done: false,
-        })
-    }
-
-    fn file(&self) -> Result<std::fs::File> {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&self.tmp)
             .map_err(Error::io_at(format!(
-                "{}: cannot create",
-                self.output.display()
-            )))
+                "cannot export to {}: cannot create the temporary file {} next to it",
+                output.display(),
+                tmp.display()
+            )))?;
+        Ok((
+            TempOutput {
+                tmp,
+                file: file.to_path_buf(),
+                output: output.to_path_buf(),
+                done: false,
+            },
+            f,
+        ))
     }
 
     fn persist(mut self) -> Result<()> {
-        std::fs::rename(&self.tmp, &self.output).map_err(Error::io_at(format!(
+        std::fs::rename(&self.tmp, &self.file).map_err(Error::io_at(format!(
             "{}: cannot write",
             self.output.display()
         )))?;
@@ -258,6 +446,40 @@ impl Drop for TempOutput {
     fn drop(&mut self) {
         if !self.done {
             let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Removes the temporary files earlier exports to `file` left when they
+/// were killed (`.NAME.fntrace-PID.tmp` of a process that no longer
+/// exists; a process of that id alive, or one this process cannot see,
+/// keeps its file).
+fn remove_stale_temps(file: &Path, name: &std::ffi::OsStr) {
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    // `temp_name` up to the process id.
+    let prefix = format!(".{}.fntrace-", name.to_string_lossy());
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let Some(pid) = n
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix.as_str()))
+            .and_then(|r| r.strip_suffix(".tmp"))
+            .and_then(|p| p.parse::<i32>().ok())
+            .filter(|&p| p > 0 && p as u32 != std::process::id())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone && e.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }

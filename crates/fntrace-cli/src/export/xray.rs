@@ -32,7 +32,12 @@ pub fn write_xray(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
     use object::ObjectSection;
     let meta = trace.metadata();
     let exe = super::main_module(meta)?;
-    let data = std::fs::read(&exe.path)?;
+    // A path from the trace: only a regular file, of bounded size.
+    let data = fntrace_format::regular::read_regular(
+        std::path::Path::new(&exe.path),
+        fntrace_format::regular::MAX_READ_BYTES,
+    )
+    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", exe.path)))?;
     let obj = object::File::parse(&*data).map_err(io::Error::other)?;
     let sec = obj.section_by_name("xray_instr_map").ok_or_else(|| {
         io::Error::other(format!(

@@ -94,6 +94,8 @@ pub struct CallTree {
     pub incomplete: u64,
     /// (innermost open function, "NAME TEXT") → markers.
     pub markers: std::collections::HashMap<(String, String), u64>,
+    /// Function → its longest call, in microseconds.
+    pub longest_us: std::collections::HashMap<String, f64>,
 }
 
 /// Reads the call structure of the trace at `path` (which must be
@@ -105,6 +107,7 @@ pub fn call_tree(path: &std::path::Path) -> CallTree {
         tid: u32,
         open: Vec<String>,
         tree: &'a mut CallTree,
+        hz: f64,
     }
     impl Visitor for V<'_, '_> {
         fn enter(&mut self, func: u64, depth: usize, _tsc: u64) {
@@ -122,6 +125,11 @@ pub fn call_tree(path: &std::path::Path) -> CallTree {
         }
         fn call(&mut self, c: &Call) {
             self.open.truncate(c.depth);
+            let name = self.sym.name(c.func);
+            let name = name.split('(').next().unwrap_or(name).to_string();
+            let us = c.end.saturating_sub(c.start) as f64 * 1e6 / self.hz;
+            let l = self.tree.longest_us.entry(name).or_default();
+            *l = l.max(us);
         }
         fn marker(&mut self, name: &str, text: &str, _tsc: u64) {
             let at = self.open.last().cloned().unwrap_or_default();
@@ -141,6 +149,7 @@ pub fn call_tree(path: &std::path::Path) -> CallTree {
             tid,
             open: Vec::new(),
             tree: &mut tree,
+            hz: t.tsc_hz() as f64,
         };
         let s = walk_thread(&t, tid, &mut v);
         tree.incomplete += s.incomplete;
@@ -238,6 +247,17 @@ pub fn check_unwind_tree(what: &str, data: &std::path::Path) {
         );
     }
     t.expect(what, "fut_wait", Some("worker"), w * 6);
+    // Catchers that return at once, called twice in a row from one call
+    // site: siblings under `worker`, each with its own exit, recorded when
+    // it returned (not at the worker's next traced call, after a 100 ms
+    // sleep in the first round).
+    t.expect(what, "quick_catch", Some("worker"), every * 2);
+    t.expect(what, "quick_throw", Some("quick_catch"), every * 2);
+    let longest = t.longest_us.get("quick_catch").copied().unwrap_or(0.0);
+    assert!(
+        longest < 50_000.0,
+        "{what}: quick_catch lasted {longest} us: its exit was recorded late"
+    );
     t.expect(what, "worker", Some("start"), w);
     assert_eq!(t.incomplete, 0, "{what}: calls without an exit");
 }

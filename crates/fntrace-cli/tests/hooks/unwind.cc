@@ -7,6 +7,9 @@
 //   fut_wait: std::async(fut_a -> fut_b -> fut_c, which throws) on another
 //     thread, future::get rethrows in fut_wait, which catches (every
 //     fifth round);
+//   quick_catch -> quick_throw, twice from one call site: caught in
+//     quick_catch, which returns at once (a 100 ms sleep follows in the
+//     first round, untraced);
 //   lj_top (setjmp) -> lj_a -> lj_b -> lj_c: longjmp back to lj_top,
 //     which calls lj_after;
 //   sig_top (catches) -> sig_poke -> raise: the handler on_throw runs on
@@ -30,6 +33,7 @@
 #include <pthread.h>
 #include <stdexcept>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #ifndef SS_AUTODISARM
 #define SS_AUTODISARM (1U << 31)
@@ -80,6 +84,20 @@ NI int fut_wait(int i) {
         return f.get();
     } catch (const Bad &) {
         return -1;
+    }
+}
+
+NI int quick_throw(int i) {
+    if (i >= 0) throw i;
+    return i;
+}
+// Catches and returns without another traced call (an int has no
+// destructor to call).
+NI int quick_catch(int i) {
+    try {
+        return quick_throw(i);
+    } catch (int) {
+        return 2;
     }
 }
 
@@ -177,6 +195,8 @@ NI long worker(Job *job) {
             s -= 2;
         }
         if (i % 5 == 0) s += fut_wait(i);
+        for (int k = 0; k < 2; k++) s += quick_catch(i);
+        if (i == 0) usleep(100000);
         s += lj_top(i);
         s += sig_top();
         s += quiet_top();

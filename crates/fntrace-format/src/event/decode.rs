@@ -205,11 +205,14 @@ impl<'a> Decoder<'a> {
             *p = end;
             Some(s)
         };
+        // Raw text: paths, which must open the file they name.
         let string = |p: &mut usize| bytes(p).map(|b| String::from_utf8_lossy(b).into_owned());
+        // Text only shown (names, marker text): without control characters.
+        let text = |p: &mut usize| bytes(p).map(crate::text::sanitize_bytes);
         let rec = match tag {
             TAG_THREAD_START | TAG_THREAD_EXIT => {
                 let d = var(&mut p)?;
-                let name = string(&mut p)?;
+                let name = text(&mut p)?;
                 self.tsc = self.tsc.wrapping_add(d);
                 if tag == TAG_THREAD_START {
                     Record::ThreadStart {
@@ -242,7 +245,7 @@ impl<'a> Decoder<'a> {
                     .unwrap_or(cmdline)
                     .split(|&b| b == 0)
                     .filter(|_| !cmdline.is_empty())
-                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .map(crate::text::sanitize_bytes)
                     .collect();
                 Record::Process(ProcessInfo {
                     pid,
@@ -260,9 +263,9 @@ impl<'a> Decoder<'a> {
             }),
             TAG_SITE => {
                 let key = var(&mut p)?;
-                let prefix = string(&mut p)?;
-                let name = string(&mut p)?;
-                let file = string(&mut p)?;
+                let prefix = text(&mut p)?;
+                let name = text(&mut p)?;
+                let file = text(&mut p)?;
                 let line = var(&mut p)?;
                 let name = if prefix.is_empty() {
                     name
@@ -293,8 +296,8 @@ impl<'a> Decoder<'a> {
             },
             TAG_MARKER => {
                 let d = var(&mut p)?;
-                let name = string(&mut p)?;
-                let text = string(&mut p)?;
+                let name = text(&mut p)?;
+                let text = text(&mut p)?;
                 self.tsc = self.tsc.wrapping_add(d);
                 Record::Marker {
                     tsc: self.tsc,
@@ -317,8 +320,8 @@ impl<'a> Decoder<'a> {
             },
             TAG_LIBFUNC => Record::LibFunc(LibFuncInfo {
                 key: var(&mut p)?,
-                symbol: string(&mut p)?,
-                library: string(&mut p)?,
+                symbol: text(&mut p)?,
+                library: text(&mut p)?,
             }),
             TAG_OFFCPU => {
                 let tid = var(&mut p)?;
@@ -334,8 +337,8 @@ impl<'a> Decoder<'a> {
             }
             TAG_EXT => match var(&mut p)? {
                 EXT_SETTING => Record::Setting {
-                    key: string(&mut p)?,
-                    value: string(&mut p)?,
+                    key: text(&mut p)?,
+                    value: text(&mut p)?,
                 },
                 _ => return Some(Record::Unknown { tag }),
             },
@@ -471,6 +474,93 @@ mod tests {
     }
 }
 
+/// Where a chunk payload's stream stands after its last complete record
+/// (see [`stream_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamEnd {
+    /// Entries minus exits (and tail exits) in the payload.
+    pub depth_change: i64,
+    /// Function of the last entry (0 if there is none: a chunk starts from
+    /// function 0).
+    pub last_func: u64,
+    /// TSC of the last timed record (the chunk's base TSC if none).
+    pub last_tsc: u64,
+}
+
+/// Scans a chunk payload up to its end marker, its end or its first
+/// undecodable record, keeping only what a writer continuing the stream
+/// needs: the open-call balance, the last entry's function and the last
+/// timed record's TSC (what the decoder's state would be). No allocation:
+/// the runtime calls it on a thread whose recorder was interrupted and
+/// abandoned by a signal handler, to resynchronise.
+pub fn stream_end(payload: &[u8], base_tsc: u64) -> StreamEnd {
+    let mut d = Decoder::new(payload, base_tsc);
+    let mut depth = 0i64;
+    loop {
+        let start = d.pos;
+        // A record cut short leaves nothing behind.
+        let (tsc0, func0) = (d.tsc, d.prev_func);
+        let Some(&first) = d.buf.get(d.pos) else {
+            break;
+        };
+        if first == 0 {
+            break;
+        }
+        d.pos += 1;
+        let ok = match first {
+            0x80..=0xff => d.delta(first, 6, start).map(|_| depth -= 1).is_ok(),
+            0x40..=0x7f => d.delta(first, 5, start).map(|_| depth += 1).is_ok(),
+            0x20..=0x3f => {
+                d.delta(first, 4, start).is_ok()
+                    && match get_uvarint(d.buf, &mut d.pos) {
+                        Some(fd) if fd != 0 => {
+                            d.prev_func = d.prev_func.wrapping_add(unzigzag(fd) as u64);
+                            depth += 1;
+                            true
+                        }
+                        _ => false,
+                    }
+            }
+            0x10..=0x1f => d.delta(first, 3, start).map(|_| depth -= 1).is_ok(),
+            tag => {
+                let Some(len) = get_uvarint(d.buf, &mut d.pos) else {
+                    break;
+                };
+                let Some(end) = d
+                    .pos
+                    .checked_add(len as usize)
+                    .filter(|&e| e <= d.buf.len())
+                else {
+                    break;
+                };
+                // The framed records whose first field is a time delta
+                // (see `Decoder::framed`).
+                if matches!(
+                    tag,
+                    TAG_THREAD_START | TAG_THREAD_EXIT | TAG_LOST | TAG_MARKER
+                ) {
+                    let mut p = d.pos;
+                    match get_uvarint(&d.buf[..end], &mut p) {
+                        Some(delta) => d.tsc = d.tsc.wrapping_add(delta),
+                        None => break,
+                    }
+                }
+                d.pos = end;
+                true
+            }
+        };
+        if !ok {
+            (d.tsc, d.prev_func) = (tsc0, func0);
+            break;
+        }
+    }
+    StreamEnd {
+        depth_change: depth,
+        last_func: d.prev_func,
+        last_tsc: d.tsc,
+    }
+}
+
 /// Counts the entry, exit and tail-exit events of a chunk payload, up to
 /// its end marker or its first undecodable record (what the writer stores
 /// as a chunk's event count). A scan of the record framing (first bytes,
@@ -526,6 +616,66 @@ pub fn count_events(payload: &[u8]) -> u32 {
 mod count_tests {
     use super::*;
     use crate::event::{Compact, encode_compact};
+
+    /// The resynchronising scan ends where the decoder ends: the same
+    /// balance of entries and exits, last function and last time.
+    #[test]
+    fn stream_end_matches_the_decoder() {
+        let mut buf = vec![];
+        let mut b = [0u8; 32];
+        let mut prev = 0u64;
+        let mut x = 0x1234_5678_9abc_def1u64;
+        for k in 0..3000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let d = if k % 3 == 0 { x % 100_000 } else { x % 50 };
+            let func = 0x4000 + (x % 9) * 0x30;
+            let ev = match x % 4 {
+                0 | 1 => Compact::Entry { d, func, prev },
+                2 => Compact::Exit { d },
+                _ => Compact::TailExit { d },
+            };
+            if let Compact::Entry { func, .. } = ev {
+                prev = func;
+            }
+            let n = encode_compact(ev, &mut b);
+            buf.extend_from_slice(&b[..n]);
+            if k % 101 == 0 {
+                // Timed framed records (lost events, a marker) and an
+                // untimed one (a return value).
+                buf.extend_from_slice(&[0x03, 2, 7, 9]);
+                buf.extend_from_slice(&[0x06, 5, 3, 1, b'm', 1, b't']);
+                buf.extend_from_slice(&[0x05, 1, 4]);
+            }
+        }
+        for cut in [0, 1, 2, 17, 500, buf.len() / 2, buf.len() - 1, buf.len()] {
+            let p = &buf[..cut];
+            let mut dec = Decoder::new(p, 1000);
+            let (mut depth, mut func, mut tsc) = (0i64, 0u64, 1000u64);
+            while let Ok(Some(r)) = dec.next_record() {
+                match r {
+                    Record::Entry { tsc: t, func: f } => {
+                        depth += 1;
+                        func = f;
+                        tsc = t;
+                    }
+                    Record::Exit { tsc: t } | Record::TailExit { tsc: t } => {
+                        depth -= 1;
+                        tsc = t;
+                    }
+                    Record::Lost { tsc: t, .. } | Record::Marker { tsc: t, .. } => tsc = t,
+                    _ => {}
+                }
+            }
+            let e = stream_end(p, 1000);
+            assert_eq!(
+                (e.depth_change, e.last_func, e.last_tsc),
+                (depth, func, tsc),
+                "cut {cut}"
+            );
+        }
+    }
 
     /// The framing scan counts what the decoder decodes.
     #[test]

@@ -36,7 +36,7 @@ pub use compact::{
     Compact, MAX_COMPACT_LEN, encode_compact, pack_entry_new, pack_entry_same, pack_exit,
     pack_tail_exit,
 };
-pub use decode::{DecodeError, Decoder, count_events};
+pub use decode::{DecodeError, Decoder, StreamEnd, count_events, stream_end};
 pub use framed::{CountSink, Framed, Sink, SliceSink, framed_len};
 
 /// Framed tag: thread start (delta, name).
@@ -99,6 +99,9 @@ pub const SETTING_PATCH: &str = "patch";
 /// Setting key: recording was stopped before the program ended; the
 /// value says why (`duration`). The final block's end time is when.
 pub const SETTING_STOPPED: &str = "stopped";
+/// Setting key: calls deeper than the runtime's shadow stack were not
+/// recorded; the value is how many (they are part of the lost events).
+pub const SETTING_TOO_DEEP: &str = "too-deep";
 
 /// Why an attached recording ended ([`Record::Detach`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

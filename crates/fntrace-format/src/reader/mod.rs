@@ -162,7 +162,7 @@ pub struct EventCount {
 /// Reads the live counters of a trace being recorded (`None` when the
 /// file has none: not an fntrace trace, an older writer, or a torn read).
 pub fn read_live(path: &Path) -> Option<crate::layout::Live> {
-    let f = File::open(path).ok()?;
+    let (f, _) = crate::regular::open_regular(path).ok()?;
     let mut b = [0u8; crate::layout::LIVE_SIZE];
     f.read_exact_at(&mut b, crate::layout::LIVE_OFFSET as u64)
         .ok()?;
@@ -215,8 +215,10 @@ impl Trace {
             offset,
             problem,
         };
-        let file = File::open(&path).map_err(|e| err(None, e.to_string()))?;
-        let file_len = file.metadata().map_err(|e| err(None, e.to_string()))?.len();
+        // Not `File::open` alone: it blocks forever on a FIFO.
+        let (file, m) =
+            crate::regular::open_regular(&path).map_err(|e| err(None, e.to_string()))?;
+        let file_len = m.len();
         if file_len < HEADER_USED as u64 {
             let mut m = [0u8; 8];
             if file_len < 8 || file.read_exact_at(&mut m, 0).is_err() || m != crate::layout::MAGIC {

@@ -10,8 +10,9 @@
 //! slot, or the stack pointer of its entry event), and a callee's mark is
 //! below its caller's. Frames that an exception, a panic or `longjmp`
 //! leaves are closed (their exits recorded) at the first of:
-//! - the landing pad being installed (`_Unwind_SetIP`, [`unwound_to`]):
-//!   the frames whose marks are below the landing frame's stack pointer;
+//! - the landing pad being installed (`_Unwind_SetIP`, [`landing`]):
+//!   the frames whose marks are below the landing frame's stack pointer
+//!   (the frames left are taken over again there and then);
 //! - the next entry on the thread (a frame whose mark is at or below the
 //!   new frame's cannot be its caller) or the next exit (frames below the
 //!   exiting one's mark). The assembly fast path only compares the newest
@@ -97,11 +98,14 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64, regs: *const u64
     }
     t.busy = true;
     compiler_fence(Ordering::SeqCst);
-    if t.shadow.restored && t.shadow.walking == 0 {
-        resync(t, tramp);
-    }
+    // Dead frames first: a dead frame's slot may hold the new call's
+    // return address, equal to its own `ret` (the same call site), which
+    // `resync` would take for a live frame.
     if t.shadow.top_mark() <= slot as u64 {
         pop_dead(t, slot as u64, Some(tramp), false);
+    }
+    if t.shadow.restored && t.shadow.walking == 0 {
+        resync(t, tramp);
     }
     // mcount passes no registers (its hook runs after the prologue);
     // `__fentry__` and call wrappers do.
@@ -141,6 +145,7 @@ pub unsafe fn hook_entry(func: u64, slot: *mut u64, tramp: u64, regs: *const u64
     } else if record {
         // Too deep for the shadow stack: not recorded, counted.
         t.lost += 1;
+        recorder::too_deep(t);
     }
     compiler_fence(Ordering::SeqCst);
     t.busy = false;
@@ -158,6 +163,9 @@ pub const REG_ARGS: usize = 17;
 #[cold]
 unsafe fn capture_args(t: &mut ThreadState, func: u64, regs: *const u64) -> u32 {
     let m = args::mask(func);
+    if m & 0x3f != 0 && regs.is_null() {
+        no_registers_here();
+    }
     if m & 0x3f != 0 && !regs.is_null() {
         let mut vals = [0i64; 6];
         let mut n = 0;
@@ -173,6 +181,24 @@ unsafe fn capture_args(t: &mut ThreadState, func: u64, regs: *const u64) -> u32 
         recorder::write_record(t, false, |_| Framed::Args { values: &vals[..n] });
     }
     if m & args::RETVAL != 0 { F_RETVAL } else { 0 }
+}
+
+/// Says once that `-A`/`-R` selected a function whose hook cannot see
+/// what was asked: an explicit-exit mechanism (XRay,
+/// `-finstrument-functions`: no arguments, no return value) or a `call
+/// mcount` kept as a call (its hook runs after the prologue: no
+/// arguments; `-F`/`-N` keep the calls).
+#[cold]
+fn no_registers_here() {
+    static SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::diag::diag!(
+            "fntrace: -A/-R: a function they select is instrumented by XRay or \
+             -finstrument-functions (whose hooks see neither arguments nor return values) \
+             or by a `call mcount` kept as a call (after the prologue: no arguments): not \
+             captured there (fentry, patchable entries and rewritten mcount calls can)"
+        );
+    }
 }
 
 /// Pops shadow frames `from..` (newest first), recording the exits of the
@@ -392,12 +418,23 @@ fn explicit_entry_slow(
         return;
     }
     if t.shadow.top_mark() <= sp {
-        // Explicit frames never take over a slot: none is a tail caller.
-        pop_dead(t, sp, exact.then_some(0), false);
+        // An explicit frame never takes over a slot, so it is never a
+        // tail caller; a hijacked frame with the same mark (a library call
+        // under `--libcalls` that tail-calls an XRay function, such as
+        // libstdc++'s `__once_proxy`) is, while its slot still holds the
+        // exit trampoline.
+        #[cfg(feature = "compiler-hooks")]
+        let tramp = crate::calls::tramp::exit_trampoline_addr();
+        #[cfg(not(feature = "compiler-hooks"))]
+        let tramp = 0;
+        pop_dead(t, sp, exact.then_some(tramp), false);
     }
     t.busy = true;
     compiler_fence(Ordering::SeqCst);
     let (record, flags) = hook_decision(t, func, feat, 0);
+    if record && feat & features::FEAT_ARGS != 0 && args::mask(func) != 0 {
+        no_registers_here();
+    }
     if t.shadow.has_room() {
         if record {
             recorder::record_entry_inner(t, func);
@@ -414,6 +451,7 @@ fn explicit_entry_slow(
         t.shadow.overflow += 1;
         if record {
             t.lost += 1;
+            recorder::too_deep(t);
         }
     }
     compiler_fence(Ordering::SeqCst);
@@ -513,14 +551,26 @@ pub fn restore_return_addresses(tramp: u64) {
 /// `sp` (what `_Unwind_GetCFA` returns for the context a personality
 /// routine is handed: the landing frame's stack pointer at its call, the
 /// CFA of the frame it called, not its own CFA). Every shadow frame below
-/// it is gone: their exits are recorded now, and hijacked slots below it
-/// are not hijacked again.
-pub fn unwound_to(sp: u64) {
+/// it is gone: their exits are recorded now. The frames left
+/// (the landing frame and its callers, all live) get their return
+/// addresses taken over again at once, so that a function that catches
+/// and returns before making another traced call still has its exit
+/// recorded. The unwinder reads no return address above the landing frame
+/// after this point; a cleanup pad that resumes unwinding restores them
+/// again (`_Unwind_Resume`).
+pub fn landing(sp: u64, tramp: u64) {
     with_state(|t| {
         if t.busy {
             return;
         }
         pop_dead(t, sp, None, true);
+        if t.shadow.restored && t.shadow.walking == 0 {
+            t.busy = true;
+            compiler_fence(Ordering::SeqCst);
+            resync(t, tramp);
+            compiler_fence(Ordering::SeqCst);
+            t.busy = false;
+        }
     })
 }
 
@@ -529,12 +579,28 @@ pub fn unwound_to(sp: u64) {
 /// left) are gone, and their exits are recorded now. A target that is not
 /// plausible — misaligned, or neither at most 1 GiB above the running code
 /// on its stack nor off the alternate stack the code runs on — is ignored
-/// (the frames are then closed at the thread's next event).
+/// (the frames are then closed at the thread's next event). A jump out of
+/// a signal handler whose signal interrupted the recorder (`busy` set)
+/// first gives the thread back to the recorder when it abandons that code
+/// ([`recorder::abandoned`]).
 pub fn jumping_to(target: u64) {
     let here_mark = 0u8;
     let here = core::ptr::addr_of!(here_mark) as u64;
     with_state(|t| {
-        if t.busy || target % 8 != 0 || t.shadow.len == 0 {
+        if target % 8 != 0 {
+            return;
+        }
+        if t.busy {
+            // A handler whose signal interrupted the recorder is leaving
+            // it for good: take the thread back (the event being written
+            // is lost), or it would never record again.
+            if !leaves_interrupted_runtime(t, target, here) {
+                return;
+            }
+            match_depth_to_frames(t);
+            recorder::abandoned(t);
+        }
+        if t.shadow.len == 0 {
             return;
         }
         let up = target >= here && target - here < 1 << 30;
@@ -546,6 +612,81 @@ pub fn jumping_to(target: u64) {
         }
         pop_dead(t, target, None, true);
     })
+}
+
+/// Makes the trace's open calls and the shadow stack agree again after
+/// the recorder was abandoned in the middle of an event (`busy` held): the
+/// cursor's state is read back from the chunk ([`recorder::resync_cursor`]),
+/// then an entry written whose frame was not pushed yet gets its exit now,
+/// and a
+/// frame whose exit was written but which was not popped yet (the newest
+/// ones) no longer counts as recorded, so that popping it writes nothing.
+/// Only when every open call has a frame (no source-instrumented function
+/// ran, no call held back by the time filter).
+fn match_depth_to_frames(t: &mut ThreadState) {
+    if recorder::any_source_site()
+        || features::features() & features::FEAT_TIME != 0
+        || t.session == 0
+        || t.session != SESSION.load(Ordering::Relaxed)
+    {
+        return;
+    }
+    // What the trace itself says: the balance of open calls, last entry
+    // and last time at the cursor (the interrupted code may have written
+    // an event without counting it, or counted one it had not written).
+    if !recorder::resync_cursor(t) {
+        return;
+    }
+    let recorded = t
+        .shadow
+        .frames()
+        .iter()
+        .filter(|f| f.flags & F_RECORDED != 0)
+        .count() as u32;
+    if t.depth > recorded {
+        for _ in recorded..t.depth {
+            recorder::exit_inner(t);
+        }
+    } else if t.depth < recorded {
+        let mut extra = recorded - t.depth;
+        for f in t.shadow.frames().iter_mut().rev() {
+            if extra == 0 {
+                break;
+            }
+            if f.flags & F_RECORDED != 0 {
+                f.flags &= !F_RECORDED;
+                extra -= 1;
+            }
+        }
+    }
+}
+
+/// Whether a jump to `target` from `here` (inside a signal handler, with
+/// the thread's `busy` flag set) abandons the runtime code the signal
+/// interrupted: the signal frame above the handler says where the signal
+/// landed, and the jump leaves that code when it lands above its stack
+/// pointer. The search covers the stack between `here` and `target`, or
+/// the alternate signal stack the handler runs on.
+fn leaves_interrupted_runtime(t: &ThreadState, target: u64, here: u64) -> bool {
+    #[cfg(feature = "compiler-hooks")]
+    {
+        let alt = altstack(t);
+        let (lo, hi) = match alt {
+            Some((_, top)) if on_alt(alt, here) => (here, top),
+            _ if target > here && target - here < 1 << 30 => (here, target),
+            _ => return false,
+        };
+        // SAFETY: the range is this thread's stack above its current
+        // stack pointer, up to a live frame (`target`), or its alternate
+        // signal stack: mapped and readable.
+        let at = unsafe { super::interrupted::runtime_interrupted_at(lo, hi.min(lo + (64 << 20))) };
+        at.is_some_and(|sp| target > sp)
+    }
+    #[cfg(not(feature = "compiler-hooks"))]
+    {
+        let _ = (t, target, here);
+        false
+    }
 }
 
 /// Starts a stack walk (a backtrace): original return addresses are put
@@ -594,7 +735,7 @@ fn resync(t: &mut ThreadState, tramp: u64) {
         }
         let slot = f.slot as *mut u64;
         // SAFETY: the frames a landing pad left behind were popped when it
-        // was installed (`unwound_to`), so the remaining ones are live; a
+        // was installed (`landing`), so the remaining ones are live; a
         // live frame's slot holds `ret`, and a slot holding anything else
         // is left alone.
         unsafe {

@@ -4,7 +4,8 @@
 //! call wrappers ([`tramp`]), the call wrappers themselves ([`wrapper`]),
 //! the assembly fast path every trampoline starts with ([`fast`]), and the
 //! unwinder interposition that keeps exceptions, panics and backtraces
-//! working while return addresses are hijacked ([`unwind`]).
+//! working while return addresses are hijacked ([`unwind`]), with the
+//! search for the context a signal interrupted ([`interrupted`]).
 //!
 //! It exists so that the mechanisms (`hooks`, `xray`, `dynamic`) never
 //! import each other: what more than one of them needs lives here.
@@ -12,6 +13,8 @@
 pub mod entry;
 #[cfg(feature = "compiler-hooks")]
 pub mod fast;
+#[cfg(feature = "compiler-hooks")]
+pub mod interrupted;
 #[cfg(feature = "compiler-hooks")]
 pub mod tramp;
 #[cfg(feature = "compiler-hooks")]

@@ -11,9 +11,11 @@
 //! - When a landing pad is installed (`_Unwind_SetIP`, which every
 //!   personality routine calls for it), the frames below it are gone: their
 //!   exits are recorded then, for every mechanism (hijacked returns, call
-//!   wrappers, XRay and cyg_profile frames). The frames above are hijacked
-//!   again at the thread's next event (a cleanup pad resumes unwinding
-//!   through `_Unwind_Resume`, which restores them once more).
+//!   wrappers, XRay and cyg_profile frames), and the frames above are
+//!   hijacked again (a cleanup pad resumes unwinding through
+//!   `_Unwind_Resume`, which restores them once more). A function that
+//!   catches and returns without another traced call in between thus
+//!   still has its exit.
 //! - `longjmp`, `_longjmp`, `siglongjmp` and `__longjmp_chk` close the
 //!   frames below the stack pointer they jump to (read from glibc's
 //!   `jmp_buf`, where it is mangled with the thread's pointer guard), also
@@ -176,7 +178,7 @@ pub unsafe extern "C" fn _Unwind_SetIP(ctx: *mut UnwindContext, ip: usize) {
     unsafe {
         let cfa: unsafe extern "C" fn(*mut UnwindContext) -> usize =
             core::mem::transmute(GET_CFA.get());
-        crate::calls::entry::unwound_to(cfa(ctx) as u64);
+        crate::calls::entry::landing(cfa(ctx) as u64, exit_trampoline_addr());
         let f: unsafe extern "C" fn(*mut UnwindContext, usize) = core::mem::transmute(SET_IP.get());
         f(ctx, ip)
     }

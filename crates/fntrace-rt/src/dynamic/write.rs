@@ -27,6 +27,8 @@ pub(super) fn fix_up(
     let ranges = || {
         found.iter().filter_map(|s| match (s.fixup?, s.layout) {
             (Fixup::Call6, _) => Some((s.addr, 6)),
+            (Fixup::Bracket { lead: false }, _) => Some((s.addr, 9)),
+            (Fixup::Bracket { lead: true }, _) => Some((s.addr - 4, 13)),
             (Fixup::Move, Layout::Moved { prologue, call, .. }) => {
                 Some((s.addr, u64::from(prologue) + u64::from(call)))
             }
@@ -89,10 +91,17 @@ pub(super) fn fix_up(
                 int3::NOP5[4],
                 0x90,
             ];
-            let bytes: &[u8] = match s.fixup {
-                Some(Fixup::Nop5 | Fixup::Call5) => &int3::NOP5,
-                Some(Fixup::Call6) => &call6,
-                Some(Fixup::Nop2) => &sites::PREFIX_OFF,
+            // `endbr64`, the site's NOP, a 4-byte NOP over the pop.
+            let mut bracket = [0u8; 13];
+            bracket[..4].copy_from_slice(&sites::ENDBR64);
+            bracket[4..9].copy_from_slice(&int3::NOP5);
+            bracket[9..].copy_from_slice(&sites::NOP4);
+            let (at, bytes): (u64, &[u8]) = match s.fixup {
+                Some(Fixup::Nop5 | Fixup::Call5) => (s.addr, &int3::NOP5),
+                Some(Fixup::Call6) => (s.addr, &call6),
+                Some(Fixup::Bracket { lead: false }) => (s.addr, &bracket[4..]),
+                Some(Fixup::Bracket { lead: true }) => (s.addr - 4, &bracket),
+                Some(Fixup::Nop2) => (s.addr, &sites::PREFIX_OFF),
                 Some(Fixup::Move) | None => continue,
             };
             // SAFETY: the pages are writable (`w`) and no other thread can
@@ -101,7 +110,7 @@ pub(super) fn fix_up(
             // bytes while they change. The new bytes keep every
             // instruction boundary a thread could return to (after a 5- or
             // 6-byte call).
-            unsafe { text::write_bytes(s.addr, bytes) };
+            unsafe { text::write_bytes(at, bytes) };
         }
     });
     drop(w);
@@ -117,6 +126,7 @@ pub(super) fn body(o: &Object, k: usize) -> u64 {
     let s = &o.sites[k];
     match s.layout {
         Layout::Nop5 { .. } if s.fixup == Some(Fixup::Call6) => s.addr + 6,
+        Layout::Nop5 { .. } if matches!(s.fixup, Some(Fixup::Bracket { .. })) => s.addr + 9,
         Layout::Nop5 { .. } => s.addr + 5,
         Layout::Prefix => s.addr + 2,
         Layout::Moved { .. } | Layout::McountCall { .. } => o.moved[k],

@@ -177,11 +177,15 @@ pub unsafe extern "C" fn _mcount() {
 /// call wrapper records (so that calls made through the hook and through
 /// the wrapper have one key): back over the call, 5 bytes (`e8 rel32`, to
 /// the PLT) or 6 (`ff 15 disp32`, through the GOT: its second byte is not
-/// `e8`), then over an `endbr64` before it. Reads the code just executed
-/// and the 4 bytes before it (inside the object's text or its headers);
-/// clobbers the flags only.
+/// `e8`), then over a `push %r10` before it (a function taking a static
+/// chain, a GNU C nested function: gcc saves r10 around the call, so the
+/// function's return-address slot is one word higher; `$bracket` runs
+/// then, before the push is stepped over), then over an `endbr64` (and
+/// over a `push %r10` before that: gcc's order with `-fcf-protection`).
+/// Reads the code just executed and the 8 bytes before it (inside the
+/// object's text or its headers); clobbers the flags only.
 macro_rules! fentry_start {
-    ($r:literal) => {
+    ($r:literal, $bracket:literal) => {
         concat!(
             "sub ",
             $r,
@@ -194,6 +198,17 @@ macro_rules! fentry_start {
             $r,
             "\n",
             "63:\n",
+            "cmp word ptr [",
+            $r,
+            " - 2], 0x5241\n",
+            "jne 65f\n",
+            $bracket,
+            "\n",
+            "sub ",
+            $r,
+            ", 2\n",
+            "65:\n",
+            // gcc -fcf-protection puts the push before the endbr64.
             "cmp dword ptr [",
             $r,
             " - 4], 0xfa1e0ff3\n",
@@ -201,6 +216,15 @@ macro_rules! fentry_start {
             "sub ",
             $r,
             ", 4\n",
+            "cmp word ptr [",
+            $r,
+            " - 2], 0x5241\n",
+            "jne 64f\n",
+            $bracket,
+            "\n",
+            "sub ",
+            $r,
+            ", 2\n",
             "64:\n",
         )
     };
@@ -216,21 +240,26 @@ macro_rules! fentry_start {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __fentry__() {
     // func: the start of the function whose call returns to our return
-    // address (`fentry_start!`); slot: the word above our return address.
+    // address (`fentry_start!`); slot: the word above our return address,
+    // or the one above that behind a `push %r10` (the full path only: the
+    // fast path and counting mode leave such calls to it).
     entry_trampoline!(
         fentry_entry,
         // Fast path (7 registers pushed): the function from our return
         // address, and the slot above it.
-        concat!("mov r8, qword ptr [rsp + 56]\n", fentry_start!("r8")),
+        concat!(
+            "mov r8, qword ptr [rsp + 56]\n",
+            fentry_start!("r8", "jmp 89f")
+        ),
         "lea r9, [rsp + 64]\n",
         [
             "mov rdx, [rsp + 40]",
             "mov rcx, [rsp + 32]",
-            fentry_start!("rcx")
+            fentry_start!("rcx", "jmp 4f")
         ],
-        "mov rdi, [rbp + 8]",
-        fentry_start!("rdi"),
         "lea rsi, [rbp + 16]",
+        "mov rdi, [rbp + 8]",
+        fentry_start!("rdi", "add rsi, 8"),
         "mov rdx, rsp"
     )
 }

@@ -102,7 +102,27 @@ pub enum Fixup {
     Call6,
     /// Move a [`Layout::Moved`] site's prologue into a stub.
     Move,
+    /// Replace `push %r10; <5-byte NOP>; pop %r10` (9 bytes: `gcc -pg
+    /// -mfentry -mnop-mcount` in a function that takes a static chain, a
+    /// GNU C nested function) by [`NOP5`] and a 4-byte NOP: the site is
+    /// then the function's first instruction, like any other, and the
+    /// body starts after the 9 bytes (the call wrapper saves r10 itself).
+    /// `lead`: gcc put the push before an `endbr64` (`-fcf-protection`):
+    /// the 4 bytes before the site are rewritten too, to the `endbr64`.
+    Bracket {
+        /// The push came before the `endbr64`.
+        lead: bool,
+    },
 }
+
+/// `push %r10`: gcc saves the static chain around the profiling hook of a
+/// function that takes one (a GNU C nested function) with it before the
+/// `call __fentry__` (or its NOP) ...
+pub const PUSH_R10: [u8; 2] = [0x41, 0x52];
+/// ... and `pop %r10` after it.
+pub const POP_R10: [u8; 2] = [0x41, 0x5a];
+/// The 4-byte NOP that ends a rewritten [`Fixup::Bracket`].
+pub const NOP4: [u8; 4] = [0x0f, 0x1f, 0x40, 0x00];
 
 /// One site, classified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +194,30 @@ pub fn classify<'c>(
             )),
         };
     }
+    // A NOP between `push %r10` and `pop %r10` (the static chain saved
+    // around the hook): the function starts at the push, or at an
+    // `endbr64` before it, or (gcc with `-fcf-protection`) at the push
+    // before an `endbr64`.
+    if b.len() >= 7 && b[..4] == NOP5[..4] && b[5..7] == POP_R10 {
+        if entry >= 2 && *code(entry - 2, 2) == PUSH_R10 {
+            let at = entry - 2;
+            let endbr = at >= 4 && *code(at - 4, 4) == ENDBR64;
+            return Ok(Site {
+                addr: at,
+                func: if endbr { at - 4 } else { at },
+                layout: Layout::Nop5 { endbr },
+                fixup: Some(Fixup::Bracket { lead: false }),
+            });
+        }
+        if entry >= 6 && *code(entry - 4, 4) == ENDBR64 && *code(entry - 6, 2) == PUSH_R10 {
+            return Ok(Site {
+                addr: entry - 2,
+                func: entry - 6,
+                layout: Layout::Nop5 { endbr: true },
+                fixup: Some(Fixup::Bracket { lead: true }),
+            });
+        }
+    }
     let endbr = entry >= 4 && *code(entry - 4, 4) == ENDBR64;
     let func = if endbr { entry - 4 } else { entry };
     // `nopl disp8(%rax,%rax,1)`: gcc writes displacement 0, clang 8.
@@ -231,6 +275,13 @@ pub fn fentry_call<'c>(
 ) -> Option<Site> {
     let endbr = *code(func, 4) == ENDBR64;
     let at = if endbr { func + 4 } else { func };
+    // A call behind `push %r10` (a listed call of a function taking a
+    // static chain: `func` is not its start) stays with the `__fentry__`
+    // hook, which knows the layout.
+    let behind_push = |a: u64| a >= 2 && *code(a - 2, 2) == PUSH_R10;
+    if behind_push(at) || (at >= 4 && *code(at - 4, 4) == ENDBR64 && behind_push(at - 4)) {
+        return None;
+    }
     let (slot, len) = call_slot(at, &code(at, 6), code)?;
     slots.binary_search(&slot).ok()?;
     let fixup = if len == 6 { Fixup::Call6 } else { Fixup::Call5 };
@@ -559,6 +610,77 @@ mod tests {
             classify(0x1000, &mem(0x1000, b), Some(0x1004)),
             Err(Skip::Unsupported(m)) if m.contains("prefix")
         ));
+    }
+
+    /// The static chain saved around the hook (GNU C nested functions):
+    /// the site starts at the push, or the push before an `endbr64` is
+    /// rewritten too; a real call behind the push stays with the hook.
+    #[test]
+    fn nested_function_brackets() {
+        // push r10; nopl; pop r10; push rbx.
+        let mut b = PUSH_R10.to_vec();
+        b.extend(NOP5);
+        b.extend(POP_R10);
+        b.push(0x53);
+        let s = classify(0x1002, &mem(0x1000, b), None).unwrap();
+        assert_eq!(
+            (s.addr, s.func, s.layout, s.fixup),
+            (
+                0x1000,
+                0x1000,
+                Layout::Nop5 { endbr: false },
+                Some(Fixup::Bracket { lead: false })
+            )
+        );
+        // endbr64; push r10; nopl; pop r10.
+        let mut b = ENDBR64.to_vec();
+        b.extend(PUSH_R10);
+        b.extend(NOP5);
+        b.extend(POP_R10);
+        let s = classify(0x1006, &mem(0x1000, b), None).unwrap();
+        assert_eq!(
+            (s.addr, s.func, s.fixup),
+            (0x1004, 0x1000, Some(Fixup::Bracket { lead: false }))
+        );
+        // gcc -fcf-protection: push r10; endbr64; nopl; pop r10.
+        let mut b = PUSH_R10.to_vec();
+        b.extend(ENDBR64);
+        b.extend(NOP5);
+        b.extend(POP_R10);
+        let s = classify(0x1006, &mem(0x1000, b), None).unwrap();
+        assert_eq!(
+            (s.addr, s.func, s.layout, s.fixup),
+            (
+                0x1004,
+                0x1000,
+                Layout::Nop5 { endbr: true },
+                Some(Fixup::Bracket { lead: true })
+            )
+        );
+        // No pop after the NOP: an ordinary site (whatever precedes it).
+        let mut b = PUSH_R10.to_vec();
+        b.extend(NOP5);
+        b.push(0x53);
+        let s = classify(0x1002, &mem(0x1000, b), None).unwrap();
+        assert_eq!((s.addr, s.fixup), (0x1002, None));
+        // A listed call behind the push, either order: left to the hook.
+        for lead in [false, true] {
+            let mut b = vec![];
+            if lead {
+                b.extend(PUSH_R10);
+                b.extend(ENDBR64);
+            } else {
+                b.extend(ENDBR64);
+                b.extend(PUSH_R10);
+            }
+            b.extend([0xff, 0x15, 0xa6, 0x2d, 0, 0]);
+            b.extend(POP_R10);
+            let slot = 0x100c + 0x2da6;
+            let m = mem(0x1000, b);
+            let f = if lead { 0x1002 } else { 0x1000 };
+            assert!(fentry_call(f, &m, &[slot]).is_none(), "lead {lead}");
+            assert!(fentry_call(0x1006 - 4 * u64::from(!lead), &m, &[slot]).is_none());
+        }
     }
 
     #[test]

@@ -42,6 +42,9 @@ pub(crate) struct Session {
     pub(crate) grow_lock: Mutex<()>,
     pub(crate) finished: AtomicBool,
     pub(crate) lost: AtomicU64,
+    /// Of the events counted lost, the entries of calls deeper than the
+    /// shadow stack holds (reported apart at the end).
+    pub(crate) too_deep: AtomicU64,
     /// TSC at which the size limit first refused a chunk (0: never).
     pub(crate) full_tsc: AtomicU64,
     pub(crate) threads: AtomicU32,
@@ -49,8 +52,8 @@ pub(crate) struct Session {
     /// The options the session was started with (for forked children).
     pub(crate) opts: Options,
     pub(crate) meta: Mutex<Cursor>,
-    /// Modules already described (start, size).
-    pub(crate) modules: Mutex<Vec<(u64, u64)>>,
+    /// Modules already described (start, size, hash of path and build id).
+    pub(crate) modules: Mutex<Vec<(u64, u64, u64)>>,
     /// Chunks the helper thread keeps ready ahead of the writers (0: no
     /// helper thread).
     pub(crate) buffer_chunks: u64,
@@ -249,6 +252,7 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
         grow_lock: Mutex::new(()),
         finished: AtomicBool::new(false),
         lost: AtomicU64::new(0),
+        too_deep: AtomicU64::new(0),
         full_tsc: AtomicU64::new(0),
         threads: AtomicU32::new(0),
         header,
@@ -311,10 +315,17 @@ pub(crate) fn write_process_metadata(s: &Session) {
 pub(crate) fn write_modules(s: &Session) {
     let mut known = s.modules.lock().unwrap_or_else(|e| e.into_inner());
     procinfo::for_each_module(|m| {
-        if known.contains(&(m.start, m.size)) {
+        // A library loaded where an unloaded one was (`dlclose`, then
+        // `dlopen` of another) is a new module: its path and build id are
+        // part of what is known.
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for &b in m.path.iter().chain([0u8].iter()).chain(m.build_id.iter()) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        if known.contains(&(m.start, m.size, h)) {
             return;
         }
-        known.push((m.start, m.size));
+        known.push((m.start, m.size, h));
         write_meta(
             s,
             &Framed::Module {
@@ -399,6 +410,17 @@ pub(crate) fn end(process_exit: bool, arcs: ArcSource<'_>) -> Option<Ended> {
             t.busy = false;
         }
     });
+    let deep = s.too_deep.load(Ordering::Relaxed);
+    if deep > 0 {
+        let v = deep.to_string();
+        write_meta(
+            s,
+            &Framed::Setting {
+                key: fntrace_format::event::SETTING_TOO_DEEP.as_bytes(),
+                value: v.as_bytes(),
+            },
+        );
+    }
     SESSION.store(0, Ordering::Release);
     Some(Ended { s })
 }

@@ -112,6 +112,7 @@ pub(crate) use state::{
 #[cfg(feature = "compiler-hooks")]
 pub(crate) use write::fast_chunk_switch;
 pub use write::record_marker;
+pub(crate) use write::{abandoned, resync_cursor};
 pub(crate) use write::{
     attach_slow, exit_inner, record_entry_inner, record_exit, write_record, write_thread_meta,
 };
@@ -257,6 +258,31 @@ pub struct Summary {
 }
 
 /// The session `t` is attached to, if it is still the current one.
+/// A source-instrumented function was called in this process (its
+/// calls are open in the trace without shadow frames).
+static ANY_SITE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Notes that a source-instrumented function was called (its site
+/// registered): from then on the trace's open calls are not all shadow
+/// frames.
+pub(crate) fn note_source_site() {
+    ANY_SITE.store(true, Ordering::Relaxed);
+}
+
+/// Whether a source-instrumented function was ever called here.
+pub(crate) fn any_source_site() -> bool {
+    ANY_SITE.load(Ordering::Relaxed)
+}
+
+/// An entry of the calling thread was not recorded because its shadow
+/// stack is full (counted lost by the caller, and apart, for the end of
+/// the session).
+pub(crate) fn too_deep(t: &ThreadState) {
+    if let Some(s) = attached(t) {
+        s.too_deep.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 fn attached(t: &ThreadState) -> Option<&'static Session> {
     if t.session != 0 && t.session == SESSION.load(Ordering::Acquire) {
         // SAFETY: sessions are leaked, so the pointer stays valid forever.

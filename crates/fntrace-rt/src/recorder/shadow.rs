@@ -22,7 +22,7 @@
 use core::ptr;
 
 /// Frames a shadow stack holds (32 bytes each, reserved not committed).
-pub(crate) const CAPACITY: usize = 1 << 17;
+pub const CAPACITY: usize = 1 << 17;
 
 /// The frame was recorded (its exit must be recorded too).
 pub(crate) const F_RECORDED: u32 = 1;

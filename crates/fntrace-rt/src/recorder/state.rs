@@ -105,6 +105,15 @@ pub(crate) struct ExitHook;
 
 impl Drop for ExitHook {
     fn drop(&mut self) {
+        // The main thread's TLS destructors run inside `exit`, before the
+        // program's `atexit` handlers, C++ static destructors and ELF
+        // destructors, whose calls are still to be recorded: its stream is
+        // closed when the session ends (the runtime's own `atexit`
+        // handler, registered before any of the program's, runs last).
+        // SAFETY: plain system calls.
+        if unsafe { libc::gettid() == libc::getpid() } {
+            return;
+        }
         with_state(|t| {
             if t.busy {
                 return;

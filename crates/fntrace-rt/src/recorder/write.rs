@@ -241,6 +241,64 @@ pub(crate) fn attach(t: &mut ThreadState, sid: u32) -> bool {
     true
 }
 
+/// The code that held `busy` on this thread was abandoned: a signal
+/// handler that interrupted it left with `siglongjmp` (see
+/// `calls::entry::jumping_to`). The event it was writing counts as lost
+/// (flushed with the next chunk switch, like every drop), and `busy` is
+/// cleared so that the thread records again. Nothing else is repaired:
+/// an event is committed by the store that advances `pos`, so a
+/// half-written one is overwritten by the next; only a jump out of the
+/// few instructions between an entry's store and its shadow frame's push
+/// (or an exit's store and the pop) leaves the open calls and the shadow
+/// stack apart, which `calls::entry` puts right. The runtime's locks that
+/// a traced thread takes (growing the file, the metadata stream) are held
+/// with asynchronous signals blocked, so no handler can leave with one.
+pub(crate) fn abandoned(t: &mut ThreadState) {
+    t.lost += 1;
+    compiler_fence(Ordering::SeqCst);
+    t.busy = false;
+}
+
+/// Reads the calling thread's open-call depth, last entry's function and
+/// last record's time back from its chunk (its header and the payload up
+/// to `pos`, scanned by `fntrace_format::event::stream_end`): after the
+/// recorder was abandoned between writing an event and updating those
+/// fields, they are what the trace says again. False (nothing changed)
+/// when the cursor does not look like a live chunk (abandoned while
+/// switching chunks).
+pub(crate) fn resync_cursor(t: &mut ThreadState) -> bool {
+    if t.session == 0 || t.cur.chunk.is_null() {
+        return false;
+    }
+    // SAFETY: an attached thread's session pointer is set; sessions are
+    // leaked.
+    let s = unsafe { &*t.session_ptr };
+    let payload = t.cur.payload() as usize;
+    let pos = t.cur.pos as usize;
+    if pos < payload || pos > t.cur.chunk as usize + s.chunk_size {
+        return false;
+    }
+    // SAFETY: the chunk's header and its payload up to `pos` are mapped
+    // and written by this thread (its open chunk).
+    let (h, end) = unsafe {
+        let hb = &*(t.cur.chunk as *const [u8; CHUNK_HEADER_SIZE]);
+        let p = core::slice::from_raw_parts(payload as *const u8, pos - payload);
+        let Ok(h) = ChunkHeader::decode(hb) else {
+            return false;
+        };
+        let end = fntrace_format::event::stream_end(p, h.base_tsc);
+        (h, end)
+    };
+    let depth = i64::from(h.depth) + end.depth_change;
+    let Ok(depth) = u32::try_from(depth) else {
+        return false;
+    };
+    t.depth = depth;
+    t.cur.last_func = end.last_func;
+    t.cur.last_tsc = end.last_tsc;
+    true
+}
+
 /// Moves a thread to a fresh chunk after sealing the full one.
 #[cold]
 #[inline(never)]
@@ -517,6 +575,16 @@ fn note_full(s: &Session) {
 /// Without `populate`, pages are left to fault in (the helper thread
 /// pre-faults them for writing).
 pub(crate) fn grow(s: &Session, end: usize, populate: bool) -> bool {
+    // With the program's asynchronous signals blocked while the lock is
+    // held: a handler that interrupted a traced thread here and left with
+    // `siglongjmp` would keep the lock forever (see [`abandoned`]).
+    if end <= s.mapped.load(Ordering::Acquire) {
+        return true;
+    }
+    procinfo::with_async_signals_blocked(|| grow_locked(s, end, populate))
+}
+
+fn grow_locked(s: &Session, end: usize, populate: bool) -> bool {
     let _g = s.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
     let mapped = s.mapped.load(Ordering::Acquire);
     if end <= mapped {
@@ -590,11 +658,14 @@ pub(crate) fn seal(cur: &Cursor) {
 }
 
 pub(crate) fn write_meta(s: &Session, rec: &Framed<'_>) {
-    let mut m = s.meta.lock().unwrap_or_else(|e| e.into_inner());
-    if m.chunk.is_null() && !claim_chunk(s, &mut m, META_TID, 0) {
-        return;
-    }
-    write_framed(s, &mut m, META_TID, 0, false, |_| *rec);
+    // Signals blocked while the lock is held, as in [`grow`].
+    procinfo::with_async_signals_blocked(|| {
+        let mut m = s.meta.lock().unwrap_or_else(|e| e.into_inner());
+        if m.chunk.is_null() && !claim_chunk(s, &mut m, META_TID, 0) {
+            return;
+        }
+        write_framed(s, &mut m, META_TID, 0, false, |_| *rec);
+    })
 }
 
 /// Writes the framed record `make(delta)` on the calling thread's stream

@@ -93,6 +93,7 @@ fn start_config(cfg: &Config, order: Order) -> Result<PathBuf, StartError> {
     #[cfg(feature = "compiler-hooks")]
     {
         crate::calls::tramp::detect_vector_width(cfg.vector_width);
+        crate::calls::interrupted::note_runtime_text();
         sigtrap::keep_trap_unblocked();
     }
     markers::record::start_recording(&cfg.markers);
