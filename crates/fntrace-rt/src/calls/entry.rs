@@ -582,7 +582,7 @@ pub fn landing(sp: u64, tramp: u64) {
 /// (the frames are then closed at the thread's next event). A jump out of
 /// a signal handler whose signal interrupted the recorder (`busy` set)
 /// first gives the thread back to the recorder when it abandons that code
-/// ([`recorder::abandoned`]).
+/// (`recorder::abandoned`).
 pub fn jumping_to(target: u64) {
     let here_mark = 0u8;
     let here = core::ptr::addr_of!(here_mark) as u64;
