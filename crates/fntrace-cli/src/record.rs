@@ -59,8 +59,9 @@ pub struct Options {
     /// (`-pg -mfentry`, patchable entries). Repeatable.
     #[arg(short = 'A', long = "argument", value_name = "FUNC@argN")]
     pub args: Vec<String>,
-    /// Record return values: `FUNC@retval` or `FUNC` (mcount, fentry,
-    /// patchable entries). Repeatable.
+    /// Record integer return values (the rax register: a function returning
+    /// a float or a struct in memory shows whatever rax held): `FUNC@retval`
+    /// or `FUNC` (mcount, fentry, patchable entries). Repeatable.
     #[arg(short = 'R', long = "retval", value_name = "FUNC[@retval]")]
     pub retval: Vec<String>,
     /// Flight recorder: keep only the most recent events in a trace file

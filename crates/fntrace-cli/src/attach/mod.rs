@@ -442,8 +442,12 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
             "fntrace: process {pid} ended (exit or exec) during the window; the trace ends there"
         ),
     }
-    crate::record::print_summary(&output);
-    Ok(ExitCode::SUCCESS)
+    // A trace that cannot be read (it printed why) fails the command.
+    if crate::record::print_summary(&output) {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(2))
+    }
 }
 
 /// The runtime's next answer line; its messages (`msg ...`, what it would
