@@ -201,6 +201,11 @@ pub(crate) fn attach_slow(t: &mut ThreadState) -> bool {
 /// Attaches the calling thread to session `sid`: claims its first chunk
 /// and writes the thread-start record.
 pub(crate) fn attach(t: &mut ThreadState, sid: u32) -> bool {
+    // Signals blocked as in [`next_chunk`]: the first chunk is claimed.
+    procinfo::with_async_signals_blocked(|| attach_now(t, sid))
+}
+
+fn attach_now(t: &mut ThreadState, sid: u32) -> bool {
     let p = CURRENT.load(Ordering::Acquire);
     if p.is_null() {
         return false;
@@ -252,7 +257,9 @@ pub(crate) fn attach(t: &mut ThreadState, sid: u32) -> bool {
 /// (or an exit's store and the pop) leaves the open calls and the shadow
 /// stack apart, which `calls::entry` puts right. The runtime's locks that
 /// a traced thread takes (growing the file, the metadata stream) are held
-/// with asynchronous signals blocked, so no handler can leave with one.
+/// with asynchronous signals blocked, so no handler can leave with one,
+/// and so are chunk switches and a thread's first chunk (a chunk claimed
+/// and left without its header would be damage in the trace).
 pub(crate) fn abandoned(t: &mut ThreadState) {
     t.lost += 1;
     compiler_fence(Ordering::SeqCst);
@@ -303,6 +310,14 @@ pub(crate) fn resync_cursor(t: &mut ThreadState) -> bool {
 #[cold]
 #[inline(never)]
 pub(crate) fn next_chunk(t: &mut ThreadState) {
+    // With the program's asynchronous signals blocked: a handler that
+    // interrupted the switch and left with `siglongjmp` would leave a
+    // claimed chunk without its header (see [`abandoned`]). One pair of
+    // `sigprocmask` calls per chunk (64 KiB of events).
+    procinfo::with_async_signals_blocked(|| next_chunk_now(t))
+}
+
+fn next_chunk_now(t: &mut ThreadState) {
     // SAFETY: only called by an attached thread.
     let s = unsafe { &*t.session_ptr };
     seal_release(s, &t.cur);
@@ -320,6 +335,11 @@ pub(crate) fn next_chunk(t: &mut ThreadState) {
 /// the full one (in a ring its slot can be reused); false, with the thread
 /// detached, when the session is full.
 pub(crate) fn next_chunk_at(t: &mut ThreadState, base: u64) -> bool {
+    // Signals blocked as in [`next_chunk`].
+    procinfo::with_async_signals_blocked(|| next_chunk_at_now(t, base))
+}
+
+fn next_chunk_at_now(t: &mut ThreadState, base: u64) -> bool {
     // SAFETY: only called by an attached thread; sessions are leaked.
     let s = unsafe { &*t.session_ptr };
     seal_release(s, &t.cur);
