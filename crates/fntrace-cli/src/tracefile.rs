@@ -134,35 +134,17 @@ pub fn keep_old(output: &Path) -> Result<Option<PathBuf>> {
 pub(crate) fn not_a_file(p: &Path) -> Option<String> {
     let m = std::fs::symlink_metadata(p).ok()?;
     if !m.file_type().is_symlink() {
-        return (!m.is_file()).then(|| file_kind(m.file_type()).to_string());
+        return (!m.is_file())
+            .then(|| fntrace_format::regular::file_kind(m.file_type()).to_string());
     }
     match std::fs::metadata(p) {
         Ok(t) if t.is_file() => None,
-        Ok(t) => Some(format!("a symbolic link to {}", file_kind(t.file_type()))),
+        Ok(t) => Some(format!(
+            "a symbolic link to {}",
+            fntrace_format::regular::file_kind(t.file_type())
+        )),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Some("a dangling symbolic link".into()),
         Err(e) => Some(format!("a symbolic link that cannot be followed ({e})")),
-    }
-}
-
-/// What a file of type `ft` is, for messages ("a directory", "a FIFO").
-pub(crate) fn file_kind(ft: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_file() {
-        "a regular file"
-    } else if ft.is_dir() {
-        "a directory"
-    } else if ft.is_symlink() {
-        "a symbolic link"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
     }
 }
 

@@ -4,7 +4,7 @@
 //! without end; both are rejected before anything reads them, and files
 //! read whole are bounded.
 
-use std::fs::{File, Metadata};
+use std::fs::{File, FileType, Metadata};
 use std::io::{self, Read};
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
@@ -13,22 +13,30 @@ use std::path::Path;
 /// files of the exports and listings): 2 GiB.
 pub const MAX_READ_BYTES: u64 = 2 << 30;
 
-/// What a file that is not a regular file is, for messages.
-fn kind(m: &Metadata) -> &'static str {
-    let t = m.file_type();
-    if t.is_dir() {
+/// What a file of type `ft` is, for messages ("a directory", "a FIFO").
+pub fn file_kind(ft: FileType) -> &'static str {
+    if ft.is_file() {
+        "a regular file"
+    } else if ft.is_dir() {
         "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else if ft.is_char_device() {
         "a character device"
-    } else if t.is_block_device() {
+    } else if ft.is_block_device() {
         "a block device"
-    } else if t.is_socket() {
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
         "a socket"
     } else {
         "a special file"
     }
+}
+
+/// What the file of metadata `m` is, for messages.
+fn kind(m: &Metadata) -> &'static str {
+    file_kind(m.file_type())
 }
 
 /// `Err` (kind `InvalidInput`, "not a regular file (a FIFO)") unless `m`

@@ -352,7 +352,7 @@ impl Target {
         Err(refuse(&format!(
             "it is {}{} (give a file path)",
             if link { "a symbolic link to " } else { "" },
-            crate::tracefile::file_kind(ft)
+            fntrace_format::regular::file_kind(ft)
         )))
     }
 }

@@ -146,7 +146,31 @@ impl<'a> Decoder<'a> {
             return Ok(None);
         }
         self.pos += 1;
-        let rec = match first {
+        if let Some(rec) = self.compact(first, start)? {
+            return Ok(Some(rec));
+        }
+        // A framed record: tag, length, body.
+        let len = get_uvarint(self.buf, &mut self.pos)
+            .ok_or(self.err(start, "truncated record length"))?;
+        let end = self
+            .pos
+            .checked_add(len as usize)
+            .filter(|&e| e <= self.buf.len() && len <= self.buf.len() as u64)
+            .ok_or(self.err(start, "record runs past the end of its chunk"))?;
+        let body = &self.buf[self.pos..end];
+        self.pos = end;
+        // A framed record's delta moves `tsc` inside `framed`.
+        let rec = self
+            .framed(first, body)
+            .ok_or(self.err(start, "malformed record"))?;
+        Ok(Some(rec))
+    }
+
+    /// The compact event (entry, exit, tail exit) whose first byte `first`
+    /// was read at `start`, its time and function applied; `None` for the
+    /// tag of a framed record (nothing read past it).
+    fn compact(&mut self, first: u8, start: usize) -> Result<Option<Record>, DecodeError> {
+        Ok(Some(match first {
             0x80..=0xff => {
                 self.delta(first, 6, start)?;
                 Record::Exit { tsc: self.tsc }
@@ -175,24 +199,8 @@ impl<'a> Decoder<'a> {
                 self.delta(first, 3, start)?;
                 Record::TailExit { tsc: self.tsc }
             }
-            tag => {
-                let len = get_uvarint(self.buf, &mut self.pos)
-                    .ok_or(self.err(start, "truncated record length"))?;
-                let end = self
-                    .pos
-                    .checked_add(len as usize)
-                    .filter(|&e| e <= self.buf.len() && len <= self.buf.len() as u64)
-                    .ok_or(self.err(start, "record runs past the end of its chunk"))?;
-                let body = &self.buf[self.pos..end];
-                self.pos = end;
-                let rec = self
-                    .framed(tag, body)
-                    .ok_or(self.err(start, "malformed record"))?;
-                // A framed record's delta moved `tsc` inside `framed`.
-                rec
-            }
-        };
-        Ok(Some(rec))
+            _ => return Ok(None),
+        }))
     }
 
     fn framed(&mut self, tag: u8, body: &[u8]) -> Option<Record> {
@@ -507,22 +515,17 @@ pub fn stream_end(payload: &[u8], base_tsc: u64) -> StreamEnd {
             break;
         }
         d.pos += 1;
-        let ok = match first {
-            0x80..=0xff => d.delta(first, 6, start).map(|_| depth -= 1).is_ok(),
-            0x40..=0x7f => d.delta(first, 5, start).map(|_| depth += 1).is_ok(),
-            0x20..=0x3f => {
-                d.delta(first, 4, start).is_ok()
-                    && match get_uvarint(d.buf, &mut d.pos) {
-                        Some(fd) if fd != 0 => {
-                            d.prev_func = d.prev_func.wrapping_add(unzigzag(fd) as u64);
-                            depth += 1;
-                            true
-                        }
-                        _ => false,
-                    }
+        let ok = match d.compact(first, start) {
+            Ok(Some(Record::Entry { .. })) => {
+                depth += 1;
+                true
             }
-            0x10..=0x1f => d.delta(first, 3, start).map(|_| depth -= 1).is_ok(),
-            tag => {
+            Ok(Some(_)) => {
+                depth -= 1;
+                true
+            }
+            Err(_) => false,
+            Ok(None) => {
                 let Some(len) = get_uvarint(d.buf, &mut d.pos) else {
                     break;
                 };
@@ -536,7 +539,7 @@ pub fn stream_end(payload: &[u8], base_tsc: u64) -> StreamEnd {
                 // The framed records whose first field is a time delta
                 // (see `Decoder::framed`).
                 if matches!(
-                    tag,
+                    first,
                     TAG_THREAD_START | TAG_THREAD_EXIT | TAG_LOST | TAG_MARKER
                 ) {
                     let mut p = d.pos;
