@@ -929,3 +929,69 @@ fn attach_with_libcalls_and_sched_records_them_and_undoes_both_at_detach() {
     );
     assert!(!tr.metadata().offcpu.is_empty());
 }
+
+/// CPU time (clock ticks) of the thread of `pid` named `name`.
+fn thread_ticks(pid: i32, name: &str) -> Option<u64> {
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let dir = e.ok()?.path();
+        if std::fs::read_to_string(dir.join("comm")).ok()?.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        // After the ")" of the name: state is field 3, utime 14, stime 15.
+        let f: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
+        return Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?);
+    }
+    None
+}
+
+/// A thread that existed when `--sched` started and then ended leaves an
+/// event the kernel reports as hung up: the off-CPU helper must stop
+/// polling it (it once spun on it for the rest of the recording, which in
+/// a `-pg` program also sent the profiling timer's signals into sleeping
+/// threads and cut their sleeps short), and the remaining threads' off-CPU
+/// time is still recorded.
+#[test]
+fn sched_after_a_thread_ends_does_not_spin() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = build(d.path(), "fentry");
+    let mut t = Target::start(&bin);
+    let out = d.path().join("s.data");
+    let mut rec = attach_cmd(t.pid, &out, Some("2s"), &["--sched"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Attached once the off-CPU helper runs.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while thread_ticks(t.pid, "fntrace-sched").is_none() {
+        assert!(Instant::now() < deadline, "no fntrace-sched thread");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(t.ask("retire"), "retired 3");
+    // The helper's CPU time over the next 600 ms: a 10 ms poll costs
+    // microseconds; a spin costs most of a CPU (a third of one with both
+    // CPUs busy elsewhere).
+    let before = thread_ticks(t.pid, "fntrace-sched").expect("the helper runs");
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_millis(600));
+    let used = thread_ticks(t.pid, "fntrace-sched").expect("the helper runs") - before;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let used_ms = used * 1000 / hz;
+    let span_ms = t0.elapsed().as_millis() as u64;
+    let o = rec.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        used_ms * 10 <= span_ms,
+        "fntrace-sched used {used_ms} ms of CPU in {span_ms} ms after a thread ended"
+    );
+    t.quit();
+    // The workers still running kept recording off-CPU time (they sleep
+    // 1 ms every 64 iterations).
+    let tr = Trace::open(&out).unwrap();
+    assert!(tr.damage().is_empty(), "{:?}", tr.damage());
+    let tids: Vec<u32> = tr.metadata().offcpu.keys().copied().collect();
+    assert!(tids.len() >= 3, "off-CPU intervals on threads {tids:?}");
+}

@@ -400,14 +400,21 @@ pub fn start() -> Result<(), SchedError> {
                 while !s2.load(Ordering::Acquire) {
                     // SAFETY: a valid array of pollfd.
                     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
-                    // A descriptor the program closed (its ring is still
-                    // mapped and drained) would make every poll return at
-                    // once: leave it out, and stop listening to any number
-                    // that is no longer ours.
+                    // A descriptor that can say no more would make every
+                    // poll return at once (a busy loop whose CPU time, in
+                    // a `-pg` program, also sends the profiling timer's
+                    // SIGPROF into sleeping threads): leave it out (its
+                    // ring is still mapped and drained). That is an event
+                    // whose thread and every thread it made have ended
+                    // (POLLHUP: a thread that existed at start and ended,
+                    // such as a short-lived runtime thread or, after an
+                    // attach, a program thread), a descriptor the program
+                    // closed (POLLNVAL), or a number that is no longer
+                    // ours.
                     for (p, r) in fds.iter_mut().zip(&c.rings) {
                         if p.fd >= 0
                             && p.revents != 0
-                            && (p.revents & libc::POLLNVAL != 0
+                            && (p.revents & (libc::POLLNVAL | libc::POLLHUP | libc::POLLERR) != 0
                                 || crate::ownfd::identity_of(p.fd) != r.id)
                         {
                             p.fd = -1;

@@ -3,6 +3,8 @@
  * the main thread answers commands on standard input:
  *   "rate"  -> "rate ITERATIONS NANOSECONDS" since the previous "rate"
  *   "spawn" -> starts a short-lived fifth thread (calls during a window)
+ *   "retire" -> stops the last worker that still runs, answers "retired N"
+ *              (N workers left)
  *   "quit"  -> stops the workers, prints "ok iterations=N errors=E", exits
  *              with status 0 if no result was wrong, 3 otherwise.
  * With an argument N, each worker sleeps 1 ms every N iterations (a paced
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 static atomic_int stop;
+static atomic_int retired[4];
 static atomic_ulong iterations;
 static atomic_ulong errors;
 static long pace;
@@ -28,7 +31,8 @@ __attribute__((noinline)) long outer(long i) { return leaf_add(middle(i), middle
 static void *worker(void *arg) {
     long seed = (long)arg;
     unsigned long n = 0;
-    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+    while (!atomic_load_explicit(&stop, memory_order_relaxed) &&
+           !atomic_load_explicit(&retired[seed / 7], memory_order_relaxed)) {
         long i = (long)(n % 1000) + seed;
         long want = (3 * i + i * i) + (3 * (i + 1) + (i + 1) * (i + 1));
         if (outer(i) != want) atomic_fetch_add(&errors, 1);
@@ -61,6 +65,7 @@ int main(int argc, char **argv) {
     char line[64];
     unsigned long last_n = 0;
     unsigned long long last_t = now_ns();
+    int running = 4;
     while (fgets(line, sizeof line, stdin)) {
         if (!strncmp(line, "rate", 4)) {
             unsigned long n = atomic_load(&iterations);
@@ -73,12 +78,17 @@ int main(int argc, char **argv) {
             pthread_create(&s, 0, short_lived, 0);
             pthread_join(s, 0);
             printf("spawned\n");
+        } else if (!strncmp(line, "retire", 6) && running > 0) {
+            running--;
+            atomic_store(&retired[running], 1);
+            pthread_join(th[running], 0);
+            printf("retired %d\n", running);
         } else if (!strncmp(line, "quit", 4)) {
             break;
         }
     }
     atomic_store(&stop, 1);
-    for (int k = 0; k < 4; k++) pthread_join(th[k], 0);
+    for (int k = 0; k < running; k++) pthread_join(th[k], 0);
     printf("ok iterations=%lu errors=%lu\n", atomic_load(&iterations), atomic_load(&errors));
     return atomic_load(&errors) ? 3 : 0;
 }
