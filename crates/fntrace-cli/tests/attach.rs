@@ -957,7 +957,7 @@ fn sched_after_a_thread_ends_does_not_spin() {
     let bin = build(d.path(), "fentry");
     let mut t = Target::start(&bin);
     let out = d.path().join("s.data");
-    let mut rec = attach_cmd(t.pid, &out, Some("2s"), &["--sched"])
+    let rec = attach_cmd(t.pid, &out, Some("2s"), &["--sched"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
