@@ -28,6 +28,11 @@ pub struct Call {
     pub wait: u64,
     /// Of [`Call::wait`], the ticks spent in recorded children.
     pub children_wait: u64,
+    /// This piece continues a call that a user-level context switch
+    /// (`swapcontext`) suspended: the call was counted at its first piece.
+    pub continued: bool,
+    /// This piece ended with a context switch, not a return.
+    pub suspended: bool,
 }
 
 impl Call {
@@ -127,12 +132,17 @@ pub struct ThreadSummary {
     pub exited: bool,
     /// Damage found in the stream.
     pub damage: Vec<fntrace_format::Damage>,
+    /// User-level context switches (`swapcontext`, `setcontext`) that
+    /// suspended recorded calls, and that resumed them.
+    pub switches: u64,
 }
 
 struct Open {
     func: u64,
     start: u64,
     children: u64,
+    /// Continues a call suspended by a context switch.
+    continued: bool,
 }
 
 /// Open frames searched linearly for recursion; frames deeper than this are
@@ -223,6 +233,7 @@ fn walk_events<const SCHED: bool>(
         }
     };
     let exit = |open: &mut OpenCalls,
+                suspending: &mut u64,
                 waits: &mut Vec<(u64, u64)>,
                 v: &mut dyn Visitor,
                 off: &mut Option<(&mut OffCpuClock, usize)>,
@@ -255,9 +266,15 @@ fn walk_events<const SCHED: bool>(
             incomplete,
             wait,
             children_wait,
+            continued: o.continued,
+            suspended: *suspending > 0 && {
+                *suspending -= 1;
+                true
+            },
         });
     };
     let enter = |open: &mut OpenCalls,
+                 continuing: &mut u64,
                  waits: &mut Vec<(u64, u64)>,
                  v: &mut dyn Visitor,
                  off: &mut Option<(&mut OffCpuClock, usize)>,
@@ -269,21 +286,37 @@ fn walk_events<const SCHED: bool>(
         if SCHED && let Some((c, _)) = off.as_mut() {
             waits.push((c.at(tsc), 0));
         }
+        let continued = *continuing > 0;
+        *continuing = continuing.saturating_sub(1);
         open.push(Open {
             func,
             start: tsc,
             children: 0,
+            continued,
         });
     };
     let w = &mut waits;
+    // Entries still to come that continue suspended calls, exits that
+    // suspend calls (after a context-switch record).
+    let (mut cont, mut susp) = (0u64, 0u64);
+    let (c, s) = (&mut cont, &mut susp);
     loop {
         match events.step() {
-            Step::Enter { func, tsc, depth } => enter(open, w, v, off, func, tsc, depth),
-            Step::Exit { tsc } => exit(open, w, v, off, tsc, false),
+            Step::Enter { func, tsc, depth } => enter(open, c, w, v, off, func, tsc, depth),
+            Step::Exit { tsc } => exit(open, s, w, v, off, tsc, false),
             Step::Other => match events.next() {
                 None => break,
-                Some(Event::Enter { func, tsc, depth }) => enter(open, w, v, off, func, tsc, depth),
-                Some(Event::Exit { tsc, incomplete }) => exit(open, w, v, off, tsc, incomplete),
+                Some(Event::Enter { func, tsc, depth }) => {
+                    enter(open, c, w, v, off, func, tsc, depth)
+                }
+                Some(Event::Exit { tsc, incomplete }) => exit(open, s, w, v, off, tsc, incomplete),
+                Some(Event::Switch { resumed, calls }) => {
+                    if resumed {
+                        *c = calls;
+                    } else {
+                        *s = calls;
+                    }
+                }
                 Some(Event::Marker { tsc, name, text }) => {
                     announce(off, v, tsc, open.stack.len());
                     v.marker(&name, &text, tsc)
@@ -330,6 +363,15 @@ pub enum Event {
         name: String,
         /// Its arguments, formatted.
         text: String,
+    },
+    /// A user-level context switch (`swapcontext`, `setcontext`): the
+    /// `calls` exits that follow suspend open calls, or (`resumed`) the
+    /// `calls` entries that follow continue calls suspended earlier.
+    Switch {
+        /// Entries of resumed calls follow (else exits of suspended ones).
+        resumed: bool,
+        /// How many.
+        calls: u64,
     },
 }
 
@@ -524,6 +566,12 @@ impl<'t> Events<'t> {
             Record::Marker { tsc, name, text } => {
                 self.see(tsc);
                 self.pending.push_back(Event::Marker { tsc, name, text });
+            }
+            Record::ContextSwitch { resumed, calls } => {
+                if !resumed {
+                    self.sum.switches += 1;
+                }
+                self.pending.push_back(Event::Switch { resumed, calls });
             }
             _ => {}
         }
@@ -802,6 +850,7 @@ mod tests {
                         func,
                         start: 0,
                         children: 0,
+                        continued: false,
                     });
                 } else {
                     let func = naive.pop().unwrap();

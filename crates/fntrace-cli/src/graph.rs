@@ -149,7 +149,10 @@ impl CallGraph {
                             g.contexts[c].ticks = g.contexts[c].ticks.saturating_add(dur);
                         }
                     }
-                    Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
+                    Event::Args(_)
+                    | Event::RetVal(_)
+                    | Event::Switch { .. }
+                    | Event::Marker { .. } => {}
                 }
             }
         }

@@ -241,6 +241,27 @@ impl Replayer<'_, '_> {
                     )?;
                 }
             }
+            Event::Switch { resumed, calls } => {
+                // Shown where the calls around it are shown.
+                let (shown, rel) = match t.stack.last() {
+                    Some(f) => (f.eligible, f.rel.map_or(0, |r| r + 1)),
+                    None => (self.o.filter.is_none(), 0),
+                };
+                if shown && self.o.depth.is_none_or(|d| rel <= d) {
+                    self.open_ancestors(t)?;
+                    let (what, s) = (
+                        if resumed { "resumes" } else { "suspends" },
+                        if calls == 1 { "" } else { "s" },
+                    );
+                    writeln!(
+                        self.out,
+                        "{:>12} [{:>6}] | {}/* context switch: {what} {calls} call{s} */",
+                        "",
+                        t.tid,
+                        indent(rel)
+                    )?;
+                }
+            }
             Event::Exit { tsc, incomplete } => {
                 let Some(f) = t.stack.pop() else {
                     return Ok(());
@@ -293,8 +314,9 @@ impl Replayer<'_, '_> {
 fn event_tsc(ev: &Event) -> u64 {
     match *ev {
         Event::Enter { tsc, .. } | Event::Exit { tsc, .. } | Event::Marker { tsc, .. } => tsc,
-        // Attached to the call before them: due at once.
-        Event::Args(_) | Event::RetVal(_) => 0,
+        // Attached to the call before them (or the one after a context
+        // switch): due at once.
+        Event::Args(_) | Event::RetVal(_) | Event::Switch { .. } => 0,
     }
 }
 

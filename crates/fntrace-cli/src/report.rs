@@ -69,7 +69,11 @@ impl Visitor for ReportVisitor<'_> {
             min: u64::MAX,
             ..Agg::default()
         });
-        a.calls += 1;
+        // A call suspended by a context switch is counted at its first
+        // piece; its time is the sum of its pieces.
+        if !c.continued {
+            a.calls += 1;
+        }
         a.sum = a.sum.saturating_add(dur);
         if !c.recursive {
             a.total = a.total.saturating_add(dur);

@@ -449,6 +449,8 @@ impl Iterator for SelectedEvents<'_, '_> {
                         return Some(Event::RetVal(v));
                     }
                 }
+                // Which calls it concerns depends on the selection.
+                Event::Switch { .. } => {}
             }
         }
     }

@@ -117,7 +117,7 @@ pub fn write_chrome(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::
                     }
                     continue;
                 }
-                Some(Event::Args(_) | Event::RetVal(_)) => continue,
+                Some(Event::Args(_) | Event::RetVal(_) | Event::Switch { .. }) => continue,
             };
             for &x in x {
                 match x {
@@ -156,7 +156,7 @@ pub fn write_chrome(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::
                         n += 1;
                         continue;
                     }
-                    Some(Event::Args(_) | Event::RetVal(_)) => continue,
+                    Some(Event::Args(_) | Event::RetVal(_) | Event::Switch { .. }) => continue,
                 },
             };
             call(&mut buf, &mut sym, ph, func, tsc);

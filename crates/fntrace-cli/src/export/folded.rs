@@ -152,7 +152,10 @@ pub fn folded_stacks_of(trace: &Trace, sel: &Selection, weight: Weight) -> Vec<S
                 }
                 (Some(s), Event::Enter { func, tsc, .. }) => s.enter(func, tsc, &mut sym),
                 (Some(s), Event::Exit { tsc, .. }) => s.exit(tsc),
-                (_, Event::Args(_) | Event::RetVal(_) | Event::Marker { .. }) => continue,
+                (
+                    _,
+                    Event::Args(_) | Event::RetVal(_) | Event::Switch { .. } | Event::Marker { .. },
+                ) => continue,
             };
             for &x in x {
                 match x {

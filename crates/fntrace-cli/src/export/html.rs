@@ -302,7 +302,7 @@ impl Collector<'_> {
                 Event::Enter { tsc, .. } | Event::Exit { tsc, .. } | Event::Marker { tsc, .. } => {
                     Some(*tsc)
                 }
-                Event::Args(_) | Event::RetVal(_) => None,
+                Event::Args(_) | Event::RetVal(_) | Event::Switch { .. } => None,
             };
             while let Some(&(out, back, preempted)) = offcpu.get(next_off)
                 && now.is_some_and(|now| out <= now)
@@ -391,7 +391,7 @@ impl Collector<'_> {
                     };
                     t.markers.push((tsc, n, text));
                 }
-                Event::Args(_) | Event::RetVal(_) => {}
+                Event::Args(_) | Event::RetVal(_) | Event::Switch { .. } => {}
             }
         }
         // Intervals after the last event: inside the calls still open.

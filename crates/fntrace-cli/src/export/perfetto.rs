@@ -671,7 +671,7 @@ pub fn write_perfetto(
                         Some(Event::Marker { tsc, name, text }) => {
                             s.instant(&name, &text, clock.ns(tsc));
                         }
-                        Some(Event::Args(_)) => {}
+                        Some(Event::Args(_) | Event::Switch { .. }) => {}
                     }
                 }
             }
@@ -748,6 +748,7 @@ fn write_selected(
                     ret = Some(v);
                 }
             }
+            Event::Switch { .. } => {}
             Event::Marker { tsc, name, text } => {
                 let (shown, x) = selector.marker(tsc);
                 apply(s, &mut pending, &mut ret, sym, x);

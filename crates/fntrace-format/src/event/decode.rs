@@ -3,9 +3,10 @@
 //! the first undecodable record as a [`DecodeError`].
 
 use super::{
-    DetachReason, EXT_SETTING, LibFuncInfo, ModuleInfo, OffCpu, ProcessInfo, Record, SiteInfo,
-    TAG_ARC, TAG_ARGS, TAG_ATTACH, TAG_DETACH, TAG_EXT, TAG_LIBFUNC, TAG_LOST, TAG_MARKER,
-    TAG_MODULE, TAG_OFFCPU, TAG_PROCESS, TAG_RETVAL, TAG_SITE, TAG_THREAD_EXIT, TAG_THREAD_START,
+    DetachReason, EXT_RESUME, EXT_SETTING, EXT_SUSPEND, LibFuncInfo, ModuleInfo, OffCpu,
+    ProcessInfo, Record, SiteInfo, TAG_ARC, TAG_ARGS, TAG_ATTACH, TAG_DETACH, TAG_EXT, TAG_LIBFUNC,
+    TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_OFFCPU, TAG_PROCESS, TAG_RETVAL, TAG_SITE,
+    TAG_THREAD_EXIT, TAG_THREAD_START,
 };
 use crate::varint::{get_uvarint, unzigzag};
 
@@ -347,6 +348,10 @@ impl<'a> Decoder<'a> {
                 EXT_SETTING => Record::Setting {
                     key: text(&mut p)?,
                     value: text(&mut p)?,
+                },
+                k @ (EXT_SUSPEND | EXT_RESUME) => Record::ContextSwitch {
+                    resumed: k == EXT_RESUME,
+                    calls: var(&mut p)?,
                 },
                 _ => return Some(Record::Unknown { tag }),
             },

@@ -2,7 +2,7 @@
 //! records to write, their lengths, and the [`Sink`]s they are written
 //! into.
 
-use super::{EXT_SETTING, TAG_ATTACH, TAG_DETACH, TAG_EXT};
+use super::{EXT_RESUME, EXT_SETTING, EXT_SUSPEND, TAG_ATTACH, TAG_DETACH, TAG_EXT};
 use super::{
     TAG_ARC, TAG_ARGS, TAG_LOST, TAG_MARKER, TAG_MODULE, TAG_PROCESS, TAG_RETVAL, TAG_SITE,
     TAG_THREAD_EXIT, TAG_THREAD_START,
@@ -182,6 +182,15 @@ pub enum Framed<'a> {
         /// Its value, as text.
         value: &'a [u8],
     },
+    /// A user-level context switch (see `EXT_SUSPEND`, `EXT_RESUME`):
+    /// the `calls` exits (or, `resumed`, entries) that follow suspend (or
+    /// continue) open calls. Untimed.
+    ContextSwitch {
+        /// Entries of resumed calls follow (else exits of suspended ones).
+        resumed: bool,
+        /// How many.
+        calls: u64,
+    },
     /// A call-graph arc counted without timestamps (`record --count`).
     Arc {
         /// Return address in the caller (the call site).
@@ -207,7 +216,7 @@ impl Framed<'_> {
             Framed::Detach { .. } => TAG_DETACH,
             Framed::LibFunc { .. } => TAG_LIBFUNC,
             Framed::OffCpu { .. } => TAG_OFFCPU,
-            Framed::Setting { .. } => TAG_EXT,
+            Framed::Setting { .. } | Framed::ContextSwitch { .. } => TAG_EXT,
             Framed::Args { .. } => TAG_ARGS,
             Framed::RetVal { .. } => TAG_RETVAL,
             Framed::Marker { .. } => TAG_MARKER,
@@ -298,6 +307,10 @@ impl Framed<'_> {
                 put_var(s, EXT_SETTING);
                 put_bytes(s, key);
                 put_bytes(s, value);
+            }
+            Framed::ContextSwitch { resumed, calls } => {
+                put_var(s, if resumed { EXT_RESUME } else { EXT_SUSPEND });
+                put_var(s, calls);
             }
             Framed::Args { values } => {
                 put_var(s, values.len() as u64);

@@ -75,6 +75,16 @@ pub const TAG_EXT: u8 = 0x07;
 /// Extension kind: a setting the recording ran with (metadata: key,
 /// value), such as the record-time time filter or the size limit.
 pub const EXT_SETTING: u64 = 1;
+/// Extension kind (thread streams, minor version 3): the thread switched
+/// to another user-level context (`swapcontext`, `setcontext`), and the
+/// `varint n` exit records that follow suspend the innermost open calls
+/// rather than return from them. Untimed: its time is the next exit's.
+pub const EXT_SUSPEND: u64 = 2;
+/// Extension kind (thread streams, minor version 3): a context suspended
+/// by `swapcontext` runs again, and the `varint n` entry records that
+/// follow continue calls it had open (outermost first) rather than start
+/// new ones. Untimed: its time is the next entry's.
+pub const EXT_RESUME: u64 = 3;
 
 /// Setting key: the record-time time filter in nanoseconds (`record -t`).
 pub const SETTING_TIME_FILTER: &str = "time-filter-ns";
@@ -328,6 +338,17 @@ pub enum Record {
         key: String,
         /// Its value.
         value: String,
+    },
+    /// A user-level context switch (`swapcontext`, `setcontext`): the
+    /// `calls` exits that follow suspend open calls (`resumed` false), or
+    /// the `calls` entries that follow continue calls suspended earlier
+    /// (`resumed` true).
+    ContextSwitch {
+        /// Entries that continue suspended calls follow (else exits that
+        /// suspend them).
+        resumed: bool,
+        /// How many exit or entry records this concerns.
+        calls: u64,
     },
     /// A framed record of a tag this reader does not know (skipped).
     Unknown {

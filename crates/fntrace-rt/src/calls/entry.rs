@@ -204,7 +204,7 @@ fn no_registers_here() {
 /// Pops shadow frames `from..` (newest first), recording the exits of the
 /// recorded ones (if `record`) and leaving their filter regions.
 #[inline(always)]
-fn pop_frames(t: &mut ThreadState, from: usize, record: bool) {
+pub(super) fn pop_frames(t: &mut ThreadState, from: usize, record: bool) {
     while t.shadow.len > from {
         let top = t.shadow.len - 1;
         let f = t.shadow.frames()[top];
@@ -712,7 +712,7 @@ pub fn end_walk(tramp: u64) {
 /// Whether a return-address slot holding `v` is taken over by frame `f`:
 /// it holds the exit trampoline, or (a patched site's call wrapper called
 /// the body) the return point of `f`'s wrapper.
-fn held_by_us(v: u64, f: &Frame, tramp: u64) -> bool {
+pub(super) fn held_by_us(v: u64, f: &Frame, tramp: u64) -> bool {
     if v == tramp {
         return true;
     }

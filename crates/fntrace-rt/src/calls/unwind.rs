@@ -39,13 +39,13 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use super::tramp::exit_trampoline_addr;
 
 /// A lazily resolved `RTLD_NEXT` symbol.
-struct Next {
+pub(super) struct Next {
     name: &'static [u8],
     ptr: AtomicPtr<c_void>,
 }
 
 impl Next {
-    const fn new(name: &'static [u8]) -> Next {
+    pub(super) const fn new(name: &'static [u8]) -> Next {
         Next {
             name,
             ptr: AtomicPtr::new(core::ptr::null_mut()),
@@ -54,7 +54,7 @@ impl Next {
 
     /// The next definition, or an abort naming the symbol if there is none
     /// (the program called an unwinder function that does not exist).
-    fn get(&self) -> *mut c_void {
+    pub(super) fn get(&self) -> *mut c_void {
         let p = self.ptr.load(Ordering::Acquire);
         if !p.is_null() {
             return p;

@@ -59,7 +59,7 @@ pub(crate) struct Frame {
 }
 
 impl Frame {
-    pub(crate) fn new(ret: u64, slot: u64, func: u64, flags: u32) -> Frame {
+    pub(crate) const fn new(ret: u64, slot: u64, func: u64, flags: u32) -> Frame {
         Frame {
             ret,
             slot,

@@ -299,6 +299,7 @@ impl<'t> Tree<'t> {
                         self.set_leaf(cur, false);
                     }
                 }
+                Event::Switch { .. } => {}
             }
             fresh = false;
             // Inside a child: skip the chunks that stay deeper than it.
