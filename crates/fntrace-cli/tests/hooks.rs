@@ -437,6 +437,162 @@ fn calls_after_main_are_recorded() {
     }
 }
 
+/// What the pieces of one function's calls looked like in a trace of
+/// `coro.c`.
+#[derive(Default, Debug)]
+struct Pieces {
+    /// Pieces (a call suspended by a context switch has several).
+    n: u64,
+    /// Pieces that continue a suspended call.
+    continued: u64,
+    /// Pieces that ended in a context switch.
+    suspended: u64,
+    /// The function of each piece's parent ("" at the top).
+    parents: std::collections::BTreeSet<String>,
+    /// Threads it ran on.
+    threads: std::collections::BTreeSet<u32>,
+}
+
+/// Every piece of every call in the trace at `path`, per function.
+fn pieces(path: &Path) -> HashMap<String, Pieces> {
+    struct V<'a, 'm> {
+        sym: fntrace_cli::symbols::Symbolizer<'m>,
+        tid: u32,
+        open: Vec<String>,
+        out: &'a mut HashMap<String, Pieces>,
+    }
+    impl Visitor for V<'_, '_> {
+        fn enter(&mut self, func: u64, depth: usize, _tsc: u64) {
+            self.open.truncate(depth);
+            let name = self.sym.name(func);
+            self.open.push(name.split('(').next().unwrap_or(name).to_string());
+        }
+        fn call(&mut self, c: &Call) {
+            let name = self.sym.name(c.func);
+            let name = name.split('(').next().unwrap_or(name).to_string();
+            let parent = match c.depth {
+                0 => String::new(),
+                d => self.open.get(d - 1).cloned().unwrap_or_default(),
+            };
+            let p = self.out.entry(name).or_default();
+            p.n += 1;
+            p.continued += u64::from(c.continued);
+            p.suspended += u64::from(c.suspended);
+            p.parents.insert(parent);
+            p.threads.insert(self.tid);
+            self.open.truncate(c.depth);
+        }
+    }
+    let t = Trace::open(path).unwrap();
+    assert!(t.damage().is_empty(), "{:?}", t.damage());
+    let mut out = HashMap::new();
+    for tid in t.thread_ids() {
+        let mut v = V {
+            sym: fntrace_cli::symbols::Symbolizer::new(t.metadata()),
+            tid,
+            open: vec![],
+            out: &mut out,
+        };
+        walk_thread(&t, tid, &mut v);
+    }
+    out
+}
+
+/// `ucontext` coroutines (`tests/hooks/coro.c`): a generator, a coroutine
+/// suspended 40 calls deep, one ending with `setcontext`, one suspended on
+/// the main thread and resumed on another, one never resumed. The program
+/// runs as without tracing; `report` counts every function as the program
+/// counted it (a call suspended and resumed is one call); every piece of a
+/// call sits under its caller's piece (a coroutine's outermost function at
+/// the top); each suspension and resumption is where the program switched.
+/// Once the first return in a switched-back context aborted the program
+/// ("no shadow frame for return slot") on every mechanism that takes over
+/// return addresses, and explicit-exit traces were nested wrongly.
+#[test]
+fn ucontext_coroutines_keep_the_program_and_the_tree() {
+    let d = tempfile::tempdir().unwrap();
+    let callers: &[(&str, &[&str])] = &[
+        ("main", &[""]),
+        ("run_gen", &["main"]),
+        ("run_deep", &["main"]),
+        ("run_fin", &["main"]),
+        ("run_roam", &["main"]),
+        ("run_stuck", &["main"]),
+        ("next_value", &["run_gen"]),
+        ("gen_body", &[""]),
+        ("produce", &["gen_body"]),
+        ("yield_value", &["produce"]),
+        ("deep_body", &[""]),
+        ("dive", &["deep_body", "dive"]),
+        ("fin_body", &[""]),
+        ("finish", &["fin_body"]),
+        ("roam_body", &[""]),
+        ("hop", &["roam_body"]),
+        ("carrier", &[""]),
+        ("stuck_body", &[""]),
+        ("stuck", &["stuck_body"]),
+    ];
+    // (function, pieces that continue a suspended call, pieces that end in
+    // a switch): a generator step is suspended once and resumed once; the
+    // deep coroutine twice with its 41 dive frames and deep_body; hop
+    // three times, resumed on the other thread; finish by setcontext and
+    // stuck for good, never resumed; the callers of swapcontext on the
+    // main thread's own stack each time.
+    let switches: &[(&str, u64, u64)] = &[
+        ("yield_value", 50, 50),
+        ("produce", 50, 50),
+        ("gen_body", 50, 50),
+        ("next_value", 50, 50),
+        ("dive", 82, 82),
+        ("deep_body", 2, 2),
+        ("hop", 3, 3),
+        ("roam_body", 3, 3),
+        ("finish", 0, 1),
+        ("fin_body", 0, 1),
+        ("stuck", 0, 1),
+        ("stuck_body", 0, 1),
+        // Suspended at each of the main thread's 57 switches, by
+        // run_gen at 51 (the last runs the generator to its end).
+        ("main", 57, 57),
+        ("run_gen", 51, 51),
+    ];
+    for (name, flags) in C_MODES {
+        let bin = build(d.path(), "coro.c", &format!("co-{name}"), flags);
+        let plain = run_plain(&bin, &[]);
+        assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
+        let data = d.path().join("t.data");
+        let (m, inc) = summary(&data);
+        assert_eq!(inc, 0, "{name}");
+        for l in plain.lines().skip(1) {
+            let (f, n) = l.split_once(' ').unwrap();
+            assert_eq!(calls(&m, f), n.parse::<u64>().unwrap(), "{name}: {f}: {m:?}");
+        }
+        let p = pieces(&data);
+        for (f, want) in callers {
+            let got = &p[*f];
+            let want: std::collections::BTreeSet<String> =
+                want.iter().map(|s| s.to_string()).collect();
+            assert!(
+                got.parents.is_subset(&want),
+                "{name}: {f}'s pieces under {:?}, expected under {want:?}",
+                got.parents
+            );
+        }
+        for &(f, continued, suspended) in switches {
+            let got = &p[f];
+            assert_eq!(
+                (got.continued, got.suspended),
+                (continued, suspended),
+                "{name}: {f}: {got:?}"
+            );
+        }
+        // hop's resumed pieces ran on the carrier's thread.
+        let main_tid = p["main"].threads.iter().next().copied().unwrap();
+        assert_eq!(p["hop"].threads.len(), 2, "{name}: {:?}", p["hop"]);
+        assert!(p["carrier"].threads.iter().all(|&t| t != main_tid), "{name}");
+    }
+}
+
 /// A signal handler that leaves with `siglongjmp` while the recorder was
 /// writing an event (its `busy` flag set) gives the thread back to the
 /// recorder: every later call is recorded, in the right place, and the
