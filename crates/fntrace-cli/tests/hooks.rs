@@ -465,7 +465,8 @@ fn pieces(path: &Path) -> HashMap<String, Pieces> {
         fn enter(&mut self, func: u64, depth: usize, _tsc: u64) {
             self.open.truncate(depth);
             let name = self.sym.name(func);
-            self.open.push(name.split('(').next().unwrap_or(name).to_string());
+            self.open
+                .push(name.split('(').next().unwrap_or(name).to_string());
         }
         fn call(&mut self, c: &Call) {
             let name = self.sym.name(c.func);
@@ -565,7 +566,11 @@ fn ucontext_coroutines_keep_the_program_and_the_tree() {
         assert_eq!(inc, 0, "{name}");
         for l in plain.lines().skip(1) {
             let (f, n) = l.split_once(' ').unwrap();
-            assert_eq!(calls(&m, f), n.parse::<u64>().unwrap(), "{name}: {f}: {m:?}");
+            assert_eq!(
+                calls(&m, f),
+                n.parse::<u64>().unwrap(),
+                "{name}: {f}: {m:?}"
+            );
         }
         let p = pieces(&data);
         for (f, want) in callers {
@@ -589,7 +594,42 @@ fn ucontext_coroutines_keep_the_program_and_the_tree() {
         // hop's resumed pieces ran on the carrier's thread.
         let main_tid = p["main"].threads.iter().next().copied().unwrap();
         assert_eq!(p["hop"].threads.len(), 2, "{name}: {:?}", p["hop"]);
-        assert!(p["carrier"].threads.iter().all(|&t| t != main_tid), "{name}");
+        assert!(
+            p["carrier"].threads.iter().all(|&t| t != main_tid),
+            "{name}"
+        );
+    }
+}
+
+/// Coroutines switched by the program's own assembly (`tests/hooks/fctx.c`,
+/// as Boost.Context does), which the runtime does not see: driven by the
+/// main thread with the coroutine's stack below the thread's stack, and by
+/// another thread with the coroutine's stack above it. Switching back
+/// makes the coroutine's frames look unwound; when the coroutine runs
+/// again, their returns through the exit trampoline find their return
+/// addresses among the frames popped as unwound. The program runs as
+/// without tracing (it aborted with "no shadow frame for return slot" on
+/// every mechanism that takes over return addresses) and every call is
+/// counted once; the nesting across switches is not checked (the frames'
+/// exits are recorded when they look unwound).
+#[test]
+fn coroutines_switched_by_their_own_assembly_keep_the_program() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in C_MODES {
+        let bin = build(d.path(), "fctx.c", &format!("fc-{name}"), flags);
+        let plain = run_plain(&bin, &[]);
+        assert_eq!(plain, "main 590\nthread 590\n");
+        assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
+        let (m, _) = summary(&d.path().join("t.data"));
+        for (f, n) in [
+            ("drive", 2),
+            ("next_value", 40),
+            ("yield_value", 40),
+            ("produce", 40),
+            ("gen_body", 2),
+        ] {
+            assert_eq!(calls(&m, f), n, "{name}: {f}: {m:?}");
+        }
     }
 }
 

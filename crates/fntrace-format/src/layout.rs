@@ -8,7 +8,7 @@ pub const MAGIC: [u8; 8] = *b"FNTRACE\0";
 /// Major version: readers refuse other major versions.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version: additions that older readers can skip.
-pub const VERSION_MINOR: u16 = 2;
+pub const VERSION_MINOR: u16 = 3;
 /// Size of the file header; chunk 0 starts here.
 pub const HEADER_SIZE: u32 = 4096;
 /// Default chunk size (header plus payload).

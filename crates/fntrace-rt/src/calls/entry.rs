@@ -304,9 +304,22 @@ pub(crate) fn pop_dead(t: &mut ThreadState, sp: u64, same_slot: Option<u64>, lea
     let was_busy = t.busy;
     t.busy = true;
     compiler_fence(Ordering::SeqCst);
+    bury_above(t, n);
     pop_frames(t, n, record);
     compiler_fence(Ordering::SeqCst);
     t.busy = was_busy;
+}
+
+/// Keeps the frames from index `from` up, about to be popped as unwound,
+/// whose slots are still taken over (see `Shadow::bury`).
+fn bury_above(t: &mut ThreadState, from: usize) {
+    let len = t.shadow.len;
+    for k in from..len {
+        let f = t.shadow.frames()[k];
+        if f.flags & (F_SLOT | F_HIJACKED) == F_SLOT | F_HIJACKED {
+            t.shadow.bury(f);
+        }
+    }
 }
 
 /// Whether `f`, whose mark is the slot a function is being entered with,
@@ -331,8 +344,14 @@ fn tail_caller(f: &Frame, tramp: u64) -> bool {
 pub fn hook_exit(slot: u64, rax: u64) -> u64 {
     let t = state();
     let Some(i) = t.shadow.find_slot(slot) else {
-        lost_return_address(slot)
+        // A frame popped as unwound that was only suspended (its stack was
+        // switched away by code we do not see): its exit was written then.
+        return match t.shadow.exhume(slot) {
+            Some(ret) => ret,
+            None => lost_return_address(slot),
+        };
     };
+    bury_above(t, i + 1);
     let f = t.shadow.frames()[i];
     let ret = f.ret;
     let record = !t.busy && t.session == SESSION.load(Ordering::Relaxed);

@@ -24,6 +24,11 @@ use core::ptr;
 /// Frames a shadow stack holds (32 bytes each, reserved not committed).
 pub const CAPACITY: usize = 1 << 17;
 
+/// Frames kept after they were popped as unwound while their slots still
+/// held the exit trampoline (a ring after the stack, in the same
+/// reservation): see [`Shadow::bury`].
+pub const BURIED: usize = 4096;
+
 /// The frame was recorded (its exit must be recorded too).
 pub(crate) const F_RECORDED: u32 = 1;
 /// The frame's slot holds the exit trampoline (clear while restored for
@@ -122,7 +127,7 @@ impl Shadow {
         let p = unsafe {
             libc::mmap(
                 ptr::null_mut(),
-                (CAPACITY + 1) * core::mem::size_of::<Frame>(),
+                (CAPACITY + 1 + BURIED) * core::mem::size_of::<Frame>(),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -168,6 +173,49 @@ impl Shadow {
         // SAFETY: `len` frames from `base` were written by `push`, inside
         // the mapping, and only this thread accesses them.
         unsafe { core::slice::from_raw_parts_mut(self.base, self.len) }
+    }
+
+    /// Keeps `f`, popped as unwound while its slot still holds the exit
+    /// trampoline, in case it was not unwound but suspended: a stack
+    /// switched by code this runtime does not see (a coroutine library's
+    /// own assembly) makes the frames of the context switched from look
+    /// unwound. If that context runs again, its return through the slot
+    /// finds the original return address here ([`Shadow::exhume`]) instead
+    /// of aborting. The newest [`BURIED`] are kept; the count lives in the
+    /// sentinel frame's spare word.
+    pub(crate) fn bury(&mut self, f: Frame) {
+        if self.base.is_null() {
+            return;
+        }
+        // SAFETY: the sentinel is the frame before `base`, and the ring the
+        // `BURIED` frames after the stack's `CAPACITY`, all inside the
+        // reservation; only this thread touches them.
+        unsafe {
+            let sentinel = self.base.sub(1);
+            let n = (*sentinel)._pad;
+            self.base.add(CAPACITY + n as usize % BURIED).write(f);
+            (*sentinel)._pad = n.wrapping_add(1);
+        }
+    }
+
+    /// The original return address of the newest buried frame of `slot`
+    /// (see [`Shadow::bury`]), which is then forgotten.
+    pub(crate) fn exhume(&mut self, slot: u64) -> Option<u64> {
+        if self.base.is_null() {
+            return None;
+        }
+        // SAFETY: as in `bury`.
+        unsafe {
+            let n = (*self.base.sub(1))._pad as usize;
+            for k in 1..=n.min(BURIED) {
+                let f = &mut *self.base.add(CAPACITY + (n - k) % BURIED);
+                if f.slot == slot && f.flags & F_SLOT != 0 {
+                    f.slot = 0;
+                    return Some(f.ret);
+                }
+            }
+        }
+        None
     }
 
     /// Index of the newest frame that took over the return-address slot
