@@ -7,7 +7,7 @@
 //! trampoline), and the first of them to return aborted the program.
 //!
 //! - `swapcontext(from, to)` moves the thread's frames into the
-//!   interposed function's own stack frame ([`Suspended`], on the stack of
+//!   interposed function's own stack frame (`Suspended`, on the stack of
 //!   the context being left), records the exits of its recorded calls
 //!   after an `EXT_SUSPEND` record, switches, and when the context runs
 //!   again (its `swapcontext` returns, on any thread) puts them back and

@@ -26,7 +26,7 @@ pub const CAPACITY: usize = 1 << 17;
 
 /// Frames kept after they were popped as unwound while their slots still
 /// held the exit trampoline (a ring after the stack, in the same
-/// reservation): see [`Shadow::bury`].
+/// reservation): see `Shadow::bury`.
 pub const BURIED: usize = 4096;
 
 /// The frame was recorded (its exit must be recorded too).
