@@ -50,6 +50,9 @@ struct GraphFrame {
     root: bool,
     /// Its caller context, once a matched call below needed it.
     ctx: Option<u32>,
+    /// Continues a call a context switch suspended (counted at its first
+    /// piece).
+    continued: bool,
 }
 
 /// The callers and callees of the functions `pattern` selects, aggregated
@@ -83,6 +86,8 @@ impl CallGraph {
         let mut roots: HashMap<u64, usize> = HashMap::default();
         for tid in sel.threads(trace) {
             let mut stack: Vec<GraphFrame> = vec![];
+            // Entries still to come that continue suspended calls.
+            let mut continuing = 0u64;
             for ev in SelectedEvents::new(trace, tid, sel) {
                 match ev {
                     Event::Enter { func, tsc, .. } => {
@@ -131,28 +136,33 @@ impl CallGraph {
                             node,
                             root,
                             ctx: None,
+                            continued: continuing > 0,
                         });
+                        continuing = continuing.saturating_sub(1);
                     }
                     Event::Exit { tsc, .. } => {
                         let Some(f) = stack.pop() else {
                             continue;
                         };
                         let dur = tsc.saturating_sub(f.start);
+                        let first = u64::from(!f.continued);
                         if let Some(n) = f.node {
-                            g.nodes[n].calls += 1;
+                            g.nodes[n].calls += first;
                             g.nodes[n].total = g.nodes[n].total.saturating_add(dur);
                         }
                         if f.root {
                             let caller = g.context_of(&mut stack);
                             let c = g.child_context(caller, f.func) as usize;
-                            g.contexts[c].hits += 1;
+                            g.contexts[c].hits += first;
                             g.contexts[c].ticks = g.contexts[c].ticks.saturating_add(dur);
                         }
                     }
-                    Event::Args(_)
-                    | Event::RetVal(_)
-                    | Event::Switch { .. }
-                    | Event::Marker { .. } => {}
+                    Event::Switch { resumed, calls } => {
+                        if resumed {
+                            continuing = calls;
+                        }
+                    }
+                    Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
                 }
             }
         }

@@ -591,6 +591,21 @@ fn ucontext_coroutines_keep_the_program_and_the_tree() {
                 "{name}: {f}: {got:?}"
             );
         }
+        // graph counts a suspended call once too.
+        let g = Command::new(fntrace_bin())
+            .args(["graph", "gen_body"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let g = String::from_utf8_lossy(&g.stdout);
+        for (f, n) in [("gen_body", 1), ("+-produce", 50), ("+-yield_value", 50)] {
+            // "  TIME us  CALLS  FUNCTION"
+            assert!(
+                g.lines()
+                    .any(|l| l.split_whitespace().rev().take(2).eq([f, &n.to_string()])),
+                "{name}: graph: {f} {n}:\n{g}"
+            );
+        }
         // hop's resumed pieces ran on the carrier's thread.
         let main_tid = p["main"].threads.iter().next().copied().unwrap();
         assert_eq!(p["hop"].threads.len(), 2, "{name}: {:?}", p["hop"]);
