@@ -73,11 +73,23 @@ fn collect_arcs(
 ) {
     // Open calls: (function, entry, ticks in children).
     let mut stack: Vec<(u64, u64, u64)> = vec![];
+    // Entries still to come that continue calls a context switch
+    // suspended (their arc was counted at the first piece).
+    let mut continuing = 0u64;
     for ev in events {
         match ev {
+            Event::Switch { resumed, calls } => {
+                if resumed {
+                    continuing = calls;
+                }
+            }
             Event::Enter { func, tsc, .. } => {
                 let from = stack.last().map_or(0, |f| f.0);
-                *arcs.entry((from, func)).or_default() += 1;
+                if continuing > 0 {
+                    continuing -= 1;
+                } else {
+                    *arcs.entry((from, func)).or_default() += 1;
+                }
                 stack.push((func, tsc, 0));
             }
             Event::Exit { tsc, .. } => {
