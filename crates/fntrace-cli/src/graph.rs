@@ -157,12 +157,14 @@ impl CallGraph {
                             g.contexts[c].ticks = g.contexts[c].ticks.saturating_add(dur);
                         }
                     }
-                    Event::Switch { resumed, calls } => {
-                        if resumed {
-                            continuing = calls;
-                        }
-                    }
-                    Event::Args(_) | Event::RetVal(_) | Event::Marker { .. } => {}
+                    Event::Switch {
+                        resumed: true,
+                        calls,
+                    } => continuing = calls,
+                    Event::Args(_)
+                    | Event::RetVal(_)
+                    | Event::Switch { .. }
+                    | Event::Marker { .. } => {}
                 }
             }
         }

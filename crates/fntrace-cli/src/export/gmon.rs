@@ -78,11 +78,10 @@ fn collect_arcs(
     let mut continuing = 0u64;
     for ev in events {
         match ev {
-            Event::Switch { resumed, calls } => {
-                if resumed {
-                    continuing = calls;
-                }
-            }
+            Event::Switch {
+                resumed: true,
+                calls,
+            } => continuing = calls,
             Event::Enter { func, tsc, .. } => {
                 let from = stack.last().map_or(0, |f| f.0);
                 if continuing > 0 {
