@@ -773,3 +773,73 @@ fn errors_are_one_line() {
         "{s}"
     );
 }
+
+/// Names, thread names and marker text are untrusted bytes from the trace:
+/// control characters in them (a screen clear, a title change, a bell,
+/// a newline) are drawn as visible escapes, never sent to the terminal.
+#[test]
+fn hostile_names_are_drawn_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("h.data");
+    let mut b = TraceBuilder::new(Header {
+        start_tsc: 1000,
+        pid: 7,
+        ..Header::current(256, 1_000_000_000)
+    });
+    let mut meta = b.new_chunk(&ChunkHeader::at(META_TID, 0, 0, 1000));
+    for (key, name) in [
+        (ALPHA_MAIN, &b"top\x1b[2Jclear"[..]),
+        (LEAF, b"leaf\x07bell"),
+    ] {
+        assert!(meta.framed(&Framed::Site {
+            key,
+            prefix: b"",
+            name,
+            file: b"h.rs",
+            line: 1,
+        }));
+    }
+    meta.seal();
+    b.push_chunk(&meta);
+    let mut s = Stream::new(&mut b, 101);
+    s.put(
+        1,
+        Ev::Framed(Framed::ThreadStart {
+            d: 1,
+            name: b"th\x1b]0;pwned\x07",
+        }),
+    );
+    s.call(ALPHA_MAIN, 10, |s| {
+        s.put(
+            5,
+            Ev::Framed(Framed::Marker {
+                d: 5,
+                name: b"m",
+                text: b"a\nb\rc",
+            }),
+        );
+        s.call(LEAF, 100, |_| {});
+    });
+    s.finish();
+    let chunks = b.chunks();
+    let bytes = b.finish(&Final {
+        flags: FINAL_FLAG_CLEAN,
+        chunks,
+        tsc_hz: 1_000_000_000,
+        ..Final::default()
+    });
+    std::fs::write(&data, bytes).unwrap();
+    let t = Tmux::start(80, 24, &[("NO_COLOR", "1")], &tui_cmd(&data));
+    let s = t.wait_for("leaf");
+    assert!(s.contains(r"thread 101 th\x1b]0;pwned\x07"), "{s}");
+    assert!(s.contains(r"top\x1b[2Jclear"), "{s}");
+    assert!(s.contains(r"leaf\x07bell"), "{s}");
+    assert!(s.contains(r"/* marker m a\x0ab\x0dc */"), "{s}");
+    // Nothing reached the terminal: the window's title is not the one in
+    // the thread name, and the screen was not cleared under the tree.
+    assert!(
+        !t.tmux(&["display-message", "-p", "#{pane_title}"])
+            .contains("pwned")
+    );
+    t.keys(&["q"]);
+}
