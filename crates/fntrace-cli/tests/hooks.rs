@@ -501,7 +501,8 @@ fn pieces(path: &Path) -> HashMap<String, Pieces> {
 
 /// `ucontext` coroutines (`tests/hooks/coro.c`): a generator, a coroutine
 /// suspended 40 calls deep, one ending with `setcontext`, one suspended on
-/// the main thread and resumed on another, one never resumed. The program
+/// the main thread and resumed on another, one never resumed, and a retry
+/// loop that `setcontext`s back to a `getcontext` up its stack. The program
 /// runs as without tracing; `report` counts every function as the program
 /// counted it (a call suspended and resumed is one call); every piece of a
 /// call sits under its caller's piece (a coroutine's outermost function at
@@ -532,6 +533,9 @@ fn ucontext_coroutines_keep_the_program_and_the_tree() {
         ("carrier", &[""]),
         ("stuck_body", &[""]),
         ("stuck", &["stuck_body"]),
+        ("run_retry", &["main"]),
+        ("fail_deep", &["run_retry"]),
+        ("fail_deeper", &["fail_deep"]),
     ];
     // (function, pieces that continue a suspended call, pieces that end in
     // a switch): a generator step is suspended once and resumed once; the
@@ -553,8 +557,13 @@ fn ucontext_coroutines_keep_the_program_and_the_tree() {
         ("stuck", 0, 1),
         ("stuck_body", 0, 1),
         // Suspended at each of the main thread's 57 switches, by
-        // run_gen at 51 (the last runs the generator to its end).
+        // run_gen at 51 (the last runs the generator to its end); the
+        // retry loop's setcontext is a jump on the same stack, not a
+        // switch.
         ("main", 57, 57),
+        ("run_retry", 0, 0),
+        ("fail_deep", 0, 0),
+        ("fail_deeper", 0, 0),
         ("run_gen", 51, 51),
     ];
     for (name, flags) in C_MODES {

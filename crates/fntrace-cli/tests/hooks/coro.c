@@ -1,7 +1,9 @@
 /* ucontext coroutines (tests/hooks.rs): a generator resumed 50 times from
  * a loop; a coroutine that suspends 40 calls deep; one that ends with
  * setcontext instead of returning; one suspended on the main thread and
- * resumed on another thread; one suspended and never resumed. Every
+ * resumed on another thread; one suspended and never resumed; and a
+ * retry loop that goes back to a getcontext further up its own stack with
+ * setcontext from two calls deep (as longjmp would). Every
  * function counts its calls; the program prints the counts and a checksum
  * of what the coroutines produced. */
 #define _GNU_SOURCE
@@ -17,12 +19,12 @@
 enum { C_MAIN, C_RUN_GEN, C_NEXT_VALUE, C_GEN_BODY, C_PRODUCE, C_YIELD_VALUE,
        C_RUN_DEEP, C_DEEP_BODY, C_DIVE, C_RUN_FIN, C_FIN_BODY, C_FINISH,
        C_RUN_ROAM, C_ROAM_BODY, C_HOP, C_CARRIER, C_RUN_STUCK, C_STUCK_BODY,
-       C_STUCK, C_N };
+       C_STUCK, C_RUN_RETRY, C_FAIL_DEEP, C_FAIL_DEEPER, C_N };
 static const char *names[C_N] = {
     "main", "run_gen", "next_value", "gen_body", "produce", "yield_value",
     "run_deep", "deep_body", "dive", "run_fin", "fin_body", "finish",
     "run_roam", "roam_body", "hop", "carrier", "run_stuck", "stuck_body",
-    "stuck"};
+    "stuck", "run_retry", "fail_deep", "fail_deeper"};
 static unsigned long counts[C_N];
 #define COUNT(c) __atomic_fetch_add(&counts[c], 1, __ATOMIC_RELAXED)
 
@@ -152,6 +154,25 @@ __attribute__((noinline)) void run_stuck(void) {
     swapcontext(&caller_ctx, &stuck_ctx);
 }
 
+/* Back to a getcontext further up the same stack. */
+static ucontext_t retry_ctx;
+static volatile int tries;
+__attribute__((noinline)) void fail_deeper(void) {
+    COUNT(C_FAIL_DEEPER);
+    setcontext(&retry_ctx);
+}
+__attribute__((noinline)) void fail_deep(void) {
+    COUNT(C_FAIL_DEEP);
+    fail_deeper();
+}
+__attribute__((noinline)) void run_retry(void) {
+    COUNT(C_RUN_RETRY);
+    tries = 0;
+    getcontext(&retry_ctx);
+    checksum += 1000;
+    if (++tries < 4) fail_deep();
+}
+
 int main(void) {
     COUNT(C_MAIN);
     run_gen();
@@ -159,6 +180,7 @@ int main(void) {
     run_fin();
     run_roam();
     run_stuck();
+    run_retry();
     printf("checksum %ld\n", checksum);
     for (int i = 0; i < C_N; i++) printf("%s %lu\n", names[i], counts[i]);
     return 0;

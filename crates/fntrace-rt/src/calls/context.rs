@@ -14,10 +14,12 @@
 //!   records entries after an `EXT_RESUME` record: a call suspended across
 //!   a switch appears in pieces, each piece inside what the thread was
 //!   doing while it ran.
-//! - `setcontext(to)` never returns: the frames of the context left get
-//!   their original return addresses back and their exits (suspended).
-//!   If that context runs again (saved with `getcontext`), it returns
-//!   normally, untraced until its next traced call.
+//! - `setcontext(to)` never returns. When `to` was saved by `getcontext`
+//!   further up the running stack (a retry loop, an error exit), it is a
+//!   `longjmp`: the frames below its stack pointer are closed, the others
+//!   stay. Otherwise the frames of the context left get their original
+//!   return addresses back and their exits (suspended); if that context
+//!   runs again, it returns normally, untraced until its next traced call.
 //! - A context started by `makecontext` begins with no frames; when its
 //!   function returns, glibc switches to `uc_link` internally (not through
 //!   the interposed functions), which is fine: by then its frames have
@@ -293,14 +295,28 @@ pub unsafe extern "C" fn swapcontext(from: *mut c_void, to: *const c_void) -> c_
     r
 }
 
-/// Interposed `setcontext`: the context being left gets its return
-/// addresses back and its recorded calls their exits.
+/// Interposed `setcontext`: a context saved further up the same stack is
+/// jumped to as by `longjmp` (the frames below it are closed); any other
+/// context being left gets its return addresses back and its recorded
+/// calls their exits.
 ///
 /// # Safety
 /// As `setcontext`: `to` is a valid `ucontext_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcontext(to: *const c_void) -> c_int {
-    abandon_context();
+    // SAFETY: the caller's contract: `to` is a valid `ucontext_t`.
+    let target =
+        unsafe { (*to.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_RSP as usize] }
+            as u64;
+    let here_mark = 0u8;
+    let here = core::ptr::addr_of!(here_mark) as u64;
+    if target >= here && target - here < 1 << 30 {
+        // A context saved by `getcontext` further up this stack: as a
+        // `longjmp` there, the frames below it are gone.
+        super::entry::jumping_to(target);
+    } else {
+        abandon_context();
+    }
     // SAFETY: the real function has this signature; the caller's context.
     unsafe {
         let f: unsafe extern "C" fn(*const c_void) -> c_int =
