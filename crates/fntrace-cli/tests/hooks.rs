@@ -566,8 +566,31 @@ fn ucontext_coroutines_keep_the_program_and_the_tree() {
         ("fail_deeper", 0, 0),
         ("run_gen", 51, 51),
     ];
-    for (name, flags) in C_MODES {
-        let bin = build(d.path(), "coro.c", &format!("co-{name}"), flags);
+    // Every gcc mechanism, and clang's XRay.
+    let xray = d.path().join("co-xray");
+    compile(
+        "clang-14",
+        &[
+            "-O2",
+            // Tail calls stay calls (XRay ends the caller at a tail call).
+            "-fno-optimize-sibling-calls",
+            "-g",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+            xray.to_str().unwrap(),
+            &format!("{SRC}/coro.c"),
+            "-lpthread",
+        ],
+    );
+    let builds = C_MODES
+        .iter()
+        .map(|(name, flags)| {
+            let bin = build(d.path(), "coro.c", &format!("co-{name}"), flags);
+            (*name, bin)
+        })
+        .chain([("xray", xray)]);
+    for (name, bin) in builds {
         let plain = run_plain(&bin, &[]);
         assert_eq!(run_traced(d.path(), &bin, &[]), plain, "{name}");
         let data = d.path().join("t.data");

@@ -30,6 +30,7 @@ static unsigned long counts[C_N];
 
 static ucontext_t caller_ctx, co_ctx, thread_ctx;
 static long value, checksum;
+static volatile long sink;
 
 static char *new_stack(void) {
     char *s = malloc(STACK);
@@ -81,7 +82,9 @@ __attribute__((noinline)) long dive(int n) {
         swapcontext(&co_ctx, &caller_ctx);
         return 1;
     }
-    return dive(n - 1) + 1;
+    long r = dive(n - 1);
+    sink = r; /* no recursion turned into a loop */
+    return r + 1;
 }
 __attribute__((noinline)) void deep_body(void) {
     COUNT(C_DEEP_BODY);
