@@ -1102,6 +1102,74 @@ fn uninstrumented_program_gets_build_advice() {
     assert!(err.contains("-finstrument-functions"), "{err}");
 }
 
+/// gprof's flat profile of our gmon.out gives every function the self
+/// time `report` gives it: each function's time is in histogram bins that
+/// lie inside it as gprof sees it (2-byte units; at `-O1` functions start
+/// at any byte, and a bin straddling two functions was once split between
+/// them, and an odd start put half a bin's time on the neighbour), and a
+/// function whose time does not fit 16-bit counts at microseconds (800 ms
+/// in a 40-byte loop) gets a coarser rate instead of being cut (it was
+/// cut to 65 ms per 4-byte bin, without a word).
+#[test]
+fn gmon_self_times_are_the_reports_in_gprof() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in [
+        ("cyg", &["-finstrument-functions"][..]),
+        ("pg", &["-pg"][..]),
+        ("pfe5", &["-fpatchable-function-entry=5"][..]),
+    ] {
+        let bin = d.path().join(format!("st-{name}"));
+        let mut a = vec!["-O1", "-g"];
+        a.extend(flags);
+        let src = format!("{SRC}/selftime.c");
+        a.extend(["-o", bin.to_str().unwrap(), &src]);
+        compile("gcc", &a);
+        assert_eq!(run_traced(d.path(), &bin, &[]), "1\n", "{name}");
+        let data = d.path().join("t.data");
+        let t = Trace::open(&data).unwrap();
+        let want: HashMap<String, u64> = report_rows(&t, false, SortKey::Name)
+            .into_iter()
+            .map(|r| (r.function, r.self_ns))
+            .collect();
+        let gmon = d.path().join("st.gmon");
+        let st = Command::new(fntrace_bin())
+            .arg("export")
+            .arg(&data)
+            .args(["--format", "gmon", "-o"])
+            .arg(&gmon)
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        let out = Command::new("gprof")
+            .args(["-b", "-p"])
+            .arg(&bin)
+            .arg(&gmon)
+            .output()
+            .expect("gprof (binutils) is required");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let total: u64 = want.values().sum();
+        for f in ["spin_a", "spin_b", "spin_c", "busy", "main"] {
+            // "  %time  cumulative  self ... name": the share of all the
+            // self time, to 0.01 %.
+            let got: f64 = text
+                .lines()
+                .find(|l| l.split_whitespace().last() == Some(f))
+                .and_then(|l| l.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: no {f} in\n{text}"));
+            let share = want[f] as f64 * 100.0 / total as f64;
+            assert!(
+                (got - share).abs() <= 0.3,
+                "{name}: {f}: gprof {got} %, report {share:.2} % of the self time\n{text}"
+            );
+        }
+    }
+}
+
 #[test]
 fn gmon_export_is_read_by_gprof_with_glibc_counts() {
     let d = tempfile::tempdir().unwrap();

@@ -17,6 +17,11 @@
 //! billion records) is written as that many, and the summary says which
 //! arcs were capped.
 //!
+//! The histogram holds each function's self time in bins inside it (see
+//! `Histogram`), at the finest rate at which every function's time fits
+//! its 16-bit counts; the summary names a function whose time fits at no
+//! rate.
+//!
 //! With a selection (`--tid`, `--filter`, ...), the arcs and histogram
 //! are those of the selected calls only: an arc joins a selected call to
 //! its selected caller (a selected call whose caller is not selected is
@@ -32,10 +37,9 @@ use object::{Object, ObjectSymbol};
 use crate::analysis::{Clock, Event};
 use crate::select::{SelectedEvents, Selection};
 
-/// Histogram bins cover this many bytes of text each.
-const BIN_BYTES: u64 = 4;
-/// Histogram counts are in these units per second (µs).
-const PROF_RATE: u32 = 1_000_000;
+/// Most histogram bins (2 bytes each in the file): bins are 2 bytes of
+/// text (gprof's unit) each unless the timed functions span more.
+const MAX_BINS: u64 = 1 << 24;
 /// Most records one arc is written as (each holds a 32-bit count).
 pub const MAX_ARC_RECORDS: u64 = 16;
 /// Most calls one arc is written with: [`MAX_ARC_RECORDS`] full records.
@@ -63,6 +67,110 @@ pub struct GmonSummary {
     pub counted: bool,
     /// Arcs written with [`MAX_ARC_CALLS`] calls instead of their count.
     pub capped: Vec<CappedArc>,
+    /// The histogram's counts per second (its time resolution).
+    pub rate: u32,
+    /// Functions whose self time did not fit in their histogram bins even
+    /// at one count per second, and the nanoseconds they had (written as
+    /// much as fits).
+    pub capped_time: Vec<(String, u64)>,
+}
+
+/// The self-time histogram of a gmon.out: `bins` 16-bit counts of
+/// `rate` per second over `low..high`.
+///
+/// gprof gives a bin's count to the functions the bin overlaps, in
+/// proportion to the overlap, so a function's time goes only into bins
+/// that lie inside it: with one-unit (2-byte) bins, the default, every
+/// unit of it. The rate is the highest power of ten (up
+/// to 10^9, nanoseconds) at which every function's time fits in its bins'
+/// 16-bit counts, so that short calls still show and long ones are not
+/// cut; time that fits at no rate is written as much as fits and listed.
+struct Histogram {
+    low: u64,
+    high: u64,
+    rate: u32,
+    bins: Vec<u16>,
+    /// (key, ns) of functions whose time did not fit.
+    capped: Vec<(u64, u64)>,
+}
+
+impl Histogram {
+    /// The histogram of `timed`: (from, end) link-time ranges with their
+    /// self time in ns.
+    fn of(timed: &HashMap<(u64, u64), u64>) -> Histogram {
+        let mut ranges: Vec<(u64, u64, u64)> =
+            timed.iter().map(|(&(a, e), &ns)| (a, e, ns)).collect();
+        ranges.sort_unstable();
+        let Some(lo) = ranges.iter().map(|r| r.0).min() else {
+            return Histogram {
+                low: 0,
+                high: 1,
+                rate: 1_000_000_000,
+                bins: vec![0],
+                capped: vec![],
+            };
+        };
+        let hi = ranges.iter().map(|r| r.1).max().unwrap_or(lo + 1);
+        // gprof works in 2-byte units (addresses halved, rounding down): a
+        // bin is a whole number of units, and a function owns the units
+        // from its halved start to its successor's. Bins are one unit
+        // unless the timed functions span more than `MAX_BINS`.
+        let mut bin = 2u64;
+        while (hi - lo).div_ceil(bin) > MAX_BINS {
+            bin *= 2;
+        }
+        let low = lo & !(bin - 1);
+        let nbins = (hi - low).div_ceil(bin) + 1;
+        let high = low + nbins * bin;
+        let units = bin / 2;
+        // The bins inside each range's units (the one holding its start
+        // when none is: a function shorter than a bin).
+        let inside = |a: u64, e: u64| -> (u64, u64) {
+            let (au, eu) = ((a - low) / 2, (e - low) / 2);
+            let first = au.div_ceil(units);
+            let last = eu / units;
+            if last > first {
+                (first, last)
+            } else {
+                (au / units, au / units + 1)
+            }
+        };
+        let mut rate: u64 = 1_000_000_000;
+        for &(a, e, ns) in &ranges {
+            let (f, l) = inside(a, e);
+            let cap = (l - f) * u64::from(u16::MAX);
+            // counts = ns * rate / 1e9 must be at most cap.
+            while rate > 1 && (ns as u128) * (rate as u128) > (cap as u128) * 1_000_000_000 {
+                rate /= 10;
+            }
+        }
+        let mut bins = vec![0u16; nbins as usize];
+        let mut capped = vec![];
+        for &(a, e, ns) in &ranges {
+            let (f, l) = inside(a, e);
+            let want = ((ns as u128 * rate as u128 + 500_000_000) / 1_000_000_000) as u64;
+            let n = l - f;
+            let mut left = want;
+            for k in 0..n {
+                // Spread evenly; earlier bins take the remainder.
+                let share = want / n + u64::from(k < want % n);
+                let b = &mut bins[(f + k) as usize];
+                let add = share.min(u64::from(u16::MAX - *b));
+                *b += add as u16;
+                left -= add;
+            }
+            if left > 0 {
+                capped.push((a, ns));
+            }
+        }
+        Histogram {
+            low,
+            high,
+            rate: rate as u32,
+            bins,
+            capped,
+        }
+    }
 }
 
 /// Collects the arcs and self times of the (selected) calls of one thread.
@@ -160,52 +268,54 @@ pub fn write_gmon(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
             _ => format!("{a:#x}"),
         }
     };
-    let low = funcs.first().map(|f| f.0).unwrap_or(0) & !(BIN_BYTES - 1);
-    let high = funcs.iter().map(|f| f.0 + f.1).max().unwrap_or(low) + BIN_BYTES;
-    let in_exe = |a: u64| exe.contains(a);
-    let link = |a: u64| a.wrapping_sub(exe.bias);
-    let nbins = ((high - low) / BIN_BYTES) as usize;
-    let mut bins = vec![0u16; nbins];
-    let clock = Clock::of(trace);
-    for (&func, &ticks) in &self_ticks {
-        if !in_exe(func) {
-            continue;
-        }
-        let a = link(func);
-        let end = funcs
-            .iter()
-            .rev()
-            .find(|f| f.0 <= a)
-            .map(|f| f.0 + f.1.max(1))
-            .unwrap_or(a + 1);
-        let mut us = clock.ns(ticks) / 1_000;
-        let mut b = ((a.saturating_sub(low)) / BIN_BYTES) as usize;
-        while us > 0 && b < nbins && low + b as u64 * BIN_BYTES < end.max(a + 1) {
-            let add = us.min(u64::from(u16::MAX - bins[b]));
-            bins[b] += add as u16;
-            us -= add;
-            b += 1;
-        }
-    }
-    out.write_all(b"gmon")?;
-    out.write_all(&1u32.to_le_bytes())?;
-    out.write_all(&[0u8; 12])?;
-    out.write_all(&[0u8])?;
-    out.write_all(&low.to_le_bytes())?;
-    out.write_all(&high.to_le_bytes())?;
-    out.write_all(&(nbins as u32).to_le_bytes())?;
-    out.write_all(&PROF_RATE.to_le_bytes())?;
-    let mut dimen = [0u8; 15];
-    dimen[..7].copy_from_slice(b"seconds");
-    out.write_all(&dimen)?;
-    out.write_all(b"s")?;
-    for b in &bins {
-        out.write_all(&b.to_le_bytes())?;
-    }
     let mut sum = GmonSummary {
         counted,
         ..Default::default()
     };
+    let in_exe = |a: u64| exe.contains(a);
+    let link = |a: u64| a.wrapping_sub(exe.bias);
+    let clock = Clock::of(trace);
+    // Self time per function of the executable: (start, end) -> ns (its
+    // keys are addresses inside it).
+    let mut timed: HashMap<(u64, u64), u64> = HashMap::default();
+    for (&func, &ticks) in &self_ticks {
+        if !in_exe(func) || ticks == 0 {
+            continue;
+        }
+        let a = link(func);
+        let i = funcs.partition_point(|f| f.0 <= a);
+        let Some(&(start, size)) = i.checked_sub(1).map(|i| &funcs[i]) else {
+            continue;
+        };
+        let end = start + size.max(1);
+        if a >= end {
+            continue;
+        }
+        let t = timed.entry((start, end)).or_default();
+        *t = t.saturating_add(clock.ns(ticks));
+    }
+    let hist = Histogram::of(&timed);
+    sum.rate = hist.rate;
+    sum.capped_time = hist
+        .capped
+        .iter()
+        .map(|&(a, ns)| (name_at(a), ns))
+        .collect();
+    out.write_all(b"gmon")?;
+    out.write_all(&1u32.to_le_bytes())?;
+    out.write_all(&[0u8; 12])?;
+    out.write_all(&[0u8])?;
+    out.write_all(&hist.low.to_le_bytes())?;
+    out.write_all(&hist.high.to_le_bytes())?;
+    out.write_all(&(hist.bins.len() as u32).to_le_bytes())?;
+    out.write_all(&hist.rate.to_le_bytes())?;
+    let mut dimen = [0u8; 15];
+    dimen[..7].copy_from_slice(b"seconds");
+    out.write_all(&dimen)?;
+    out.write_all(b"s")?;
+    for b in &hist.bins {
+        out.write_all(&b.to_le_bytes())?;
+    }
     let mut sorted: Vec<_> = arcs.into_iter().collect();
     sorted.sort_unstable();
     for ((from, to), n) in sorted {

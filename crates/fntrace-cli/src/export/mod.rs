@@ -215,6 +215,17 @@ fn write(
                     }
                 ));
             }
+            if let Some((f, ns)) = s.capped_time.first() {
+                said.push(format!(
+                    "warning: the self time of {f} ({}) is more than its histogram bins in \
+                     gmon.out hold: written as much as fits{}",
+                    crate::analysis::fmt_ns(*ns).trim(),
+                    match s.capped_time.len() - 1 {
+                        0 => String::new(),
+                        n => format!(", and so is that of {n} more functions"),
+                    }
+                ));
+            }
             said.push(format!(
                 "wrote {} arcs ({} calls, from {}) to {}",
                 s.arcs,
