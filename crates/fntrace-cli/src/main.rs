@@ -123,7 +123,9 @@ struct ReplayArgs {
 // `fntrace graph`.
 #[derive(Args)]
 struct GraphArgs {
-    /// The function(s): a name, a last path component or a regex.
+    /// The function(s): a name or a last path component (`operator()`,
+    /// `{closure#0}`), or a regex when it has `^ $ \ | .* .+ .?` or a
+    /// `[class]`.
     function: String,
     #[command(flatten)]
     trace: TraceFile,

@@ -22,7 +22,9 @@ pub struct SelectArgs {
     #[arg(short = 'r', long, value_name = "START~END")]
     pub time_range: Option<String>,
     /// Only subtrees of these functions: a full name, a last path
-    /// component (`fib`), or a regular expression (`^app::.*::run$`).
+    /// component (`fib`, `operator()`), with or without parameters, or a
+    /// regular expression when it has `^ $ \ | .* .+ .?` or a `[class]`
+    /// (`^app::.*::run$`).
     #[arg(short = 'F', long)]
     pub filter: Option<String>,
     /// Only this many levels (below a `--filter` match, else from the
