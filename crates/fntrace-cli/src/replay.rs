@@ -150,6 +150,40 @@ impl Replayer<'_, '_> {
         Ok(())
     }
 
+    /// Whether the thread's next item (its next event, or the off-CPU
+    /// interval `off` when that comes first) can print a line: then
+    /// another thread's call waiting to be printed as a one-liner must be
+    /// opened first (`name() {`), or its line would come after lines of
+    /// later events. Items nothing shows (outside the filter, the window
+    /// or the depth) do not count.
+    fn may_print(&mut self, t: &mut ThreadView<'_>, off: Option<(u64, u64, bool)>) -> bool {
+        let top = t.stack.last().map(|f| (f.eligible, f.rel));
+        let shown_here = || match top {
+            Some((eligible, _)) => eligible,
+            None => self.o.filter.is_none(),
+        };
+        if off.is_some() {
+            return shown_here();
+        }
+        match t.events.peek() {
+            Some(&Event::Enter { func, tsc, .. }) => {
+                let rel = match top {
+                    Some((_, Some(r))) => Some(r + 1),
+                    _ if self.matches(func) => Some(0),
+                    _ => None,
+                };
+                let in_time = self.o.time_range.is_none_or(|(a, b)| {
+                    let at = self.clock.since_start(tsc);
+                    at >= a && at <= b
+                });
+                in_time && rel.is_some_and(|r| self.o.depth.is_none_or(|d| r < d))
+            }
+            Some(Event::Exit { .. }) => top.is_some_and(|(eligible, _)| eligible),
+            Some(Event::Marker { .. } | Event::Switch { .. }) => shown_here(),
+            Some(Event::Args(_) | Event::RetVal(_)) | None => false,
+        }
+    }
+
     /// A switch point: the thread was off CPU from `out` to `back`, shown
     /// where it happened in the call tree with how long it lasted.
     fn offcpu(
@@ -242,12 +276,18 @@ impl Replayer<'_, '_> {
                 }
             }
             Event::Switch { resumed, calls } => {
-                // Shown where the calls around it are shown.
+                // Shown where the calls around it are shown, at the time
+                // of the exit or entry that follows it.
+                let at = t.events.peek().map(event_tsc).unwrap_or(0);
+                let in_time = self.o.time_range.is_none_or(|(a, b)| {
+                    let at = self.clock.since_start(at);
+                    at >= a && at <= b
+                });
                 let (shown, rel) = match t.stack.last() {
                     Some(f) => (f.eligible, f.rel.map_or(0, |r| r + 1)),
                     None => (self.o.filter.is_none(), 0),
                 };
-                if shown && self.o.depth.is_none_or(|d| rel <= d) {
+                if in_time && shown && self.o.depth.is_none_or(|d| rel <= d) {
                     self.open_ancestors(t)?;
                     let (what, s) = (
                         if resumed { "resumes" } else { "suspends" },
@@ -352,19 +392,39 @@ pub fn write_replay(out: &mut dyn Write, trace: &Trace, o: &ReplayOptions) -> io
             heap.push(std::cmp::Reverse((at, i)));
         }
     }
+    // The thread whose newest call may still be printed as a one-liner
+    // (`name();`): its line waits for the call's exit, unless another
+    // thread prints first.
+    let mut waiting: Option<usize> = None;
     while let Some(std::cmp::Reverse((_, i))) = heap.pop() {
         let t = &mut threads[i];
         // A switch-out before (or at) the next event comes first.
         let off = t.off.get(t.next_off).copied();
         let ev_at = t.events.peek().map(event_tsc);
-        match (off, ev_at) {
-            (Some(o), e) if e.is_none_or(|e| o.0 <= e) => {
+        let off = off.filter(|o| ev_at.is_none_or(|e| o.0 <= e));
+        if let Some(j) = waiting
+            && j != i
+            && r.may_print(t, off)
+        {
+            waiting = None;
+            r.open_ancestors(&mut threads[j])?;
+        }
+        let t = &mut threads[i];
+        match off {
+            Some(o) => {
                 t.next_off += 1;
                 r.offcpu(t, o)?;
             }
-            _ => {
+            None => {
                 let Some(ev) = t.events.next() else { continue };
+                let enter = matches!(ev, Event::Enter { .. });
                 r.event(t, ev)?;
+                if enter
+                    && o.threshold_ns == 0
+                    && t.stack.last().is_some_and(|f| f.eligible && !f.opened)
+                {
+                    waiting = Some(i);
+                }
             }
         }
         if let Some(at) = t.next_tsc() {

@@ -109,6 +109,15 @@ fn sleeps_are_wait_time_not_self_time() {
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
+    // Threads are merged in time order: main's call opens before the
+    // threads it starts print anything (its line once waited for main's
+    // next event, after the threads had run).
+    assert!(
+        text.lines()
+            .find(|l| !l.ends_with("*/") && !l.starts_with('#'))
+            .is_some_and(|l| l.ends_with("| main() {")),
+        "{text}"
+    );
     for &tid in slept.keys() {
         let tag = format!("[{tid:>6}] |");
         let mut in_nap = false;
