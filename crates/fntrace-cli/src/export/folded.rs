@@ -1,6 +1,8 @@
 //! `fntrace export --format folded`: collapsed stacks (self time in ns
 //! per stack), the input of flame-graph tools, and the stacks the flame
-//! graph is drawn from.
+//! graph is drawn from. Frames keep their names (spaces included: the
+//! tools take the count after the last space); a `;` in a name, which
+//! would split the frame, becomes `_`.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
@@ -189,7 +191,7 @@ pub fn folded_stacks_of(trace: &Trace, sel: &Selection, weight: Weight) -> Vec<S
         for &f in path.iter().rev() {
             let name = names
                 .entry(f)
-                .or_insert_with(|| sym.name(f).replace([';', ' '], "_"));
+                .or_insert_with(|| sym.name(f).replace(';', "_"));
             if !line.is_empty() {
                 line.push(';');
             }
