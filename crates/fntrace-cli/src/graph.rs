@@ -403,6 +403,7 @@ pub fn run(
 ) -> Result<()> {
     let sel = select.parse()?;
     let t = open_checked(path)?;
+    sel.check_tid(&t, path)?;
     let p = NamePattern::new(function)
         .map_err(Error::pattern(format!("bad function pattern {function:?}")))?;
     let g = with_progress(&t, 1, "reading", || CallGraph::build(&t, &p, &sel));

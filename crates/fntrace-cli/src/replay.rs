@@ -480,6 +480,7 @@ pub fn parse_range(s: &str) -> Option<(u64, u64)> {
 pub fn run(out: &mut dyn Write, path: &Path, o: &CliOptions) -> Result<()> {
     let sel = o.select.parse()?;
     let t = open_checked(path)?;
+    sel.check_tid(&t, path)?;
     // SAFETY: isatty has no preconditions.
     let tty = unsafe { libc::isatty(1) } == 1;
     let o = ReplayOptions {

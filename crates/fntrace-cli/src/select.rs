@@ -95,6 +95,20 @@ impl Selection {
             && self.threshold_ns == 0
     }
 
+    /// A `--tid` that names no thread of `trace` (at `path`) is an error
+    /// naming it, the same for every view and export (an empty output
+    /// would look like an empty trace).
+    pub fn check_tid(&self, trace: &Trace, path: &std::path::Path) -> Result<()> {
+        match self.tid {
+            Some(tid) if !trace.thread_ids().contains(&tid) => Err(Error::Invalid(format!(
+                "{}: no thread {tid} in the trace (threads: {})",
+                path.display(),
+                list_tids(&trace.thread_ids())
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The threads selected, in the trace's order.
     pub fn threads(&self, trace: &Trace) -> Vec<u32> {
         trace
@@ -103,6 +117,18 @@ impl Selection {
             .filter(|t| self.tid.is_none_or(|x| x == *t))
             .collect()
     }
+}
+
+/// `1, 2, 3` or `1, 2, 3, ... (40 in all)`.
+fn list_tids(tids: &[u32]) -> String {
+    let mut s: Vec<String> = tids.iter().take(8).map(|t| t.to_string()).collect();
+    if tids.len() > 8 {
+        s.push(format!("... ({} in all)", tids.len()));
+    }
+    if s.is_empty() {
+        return "none".into();
+    }
+    s.join(", ")
 }
 
 /// What a [`Selector`] lets through, in order.

@@ -598,3 +598,36 @@ fn gmon_export_of_an_absurd_arc_count_is_bounded_and_says_so() {
     assert!(arcs.contains(&(fib + 1, fib, 5)), "{arcs:?}");
     assert_eq!(arcs.len(), 17, "{arcs:?}");
 }
+
+/// A `--tid` that names no thread of the trace is one line naming it and
+/// the threads there are, and exit status 2, in every view and export
+/// (replay printed only its header and the exports wrote empty files).
+#[test]
+fn an_unknown_thread_is_refused_by_every_view() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = fib_fentry(d.path());
+    let data = d.path().join("t.data");
+    let o = record_cmd(&data, &[], &bin, &["10"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = d.path().join("x.out");
+    let data_s = data.to_str().unwrap();
+    let out_s = out.to_str().unwrap();
+    for args in [
+        vec!["report", "--tid", "1", data_s],
+        vec!["replay", "--tid", "1", data_s],
+        vec!["graph", "fib", "--tid", "1", data_s],
+        vec![
+            "export", data_s, "--format", "chrome", "-o", out_s, "--tid", "1",
+        ],
+        vec![
+            "export", data_s, "--format", "folded", "-o", out_s, "--tid", "1",
+        ],
+    ] {
+        let o = Command::new(fntrace_bin()).args(&args).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("1"), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}

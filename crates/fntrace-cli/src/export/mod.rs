@@ -85,6 +85,7 @@ pub fn run_weighted(
     }
     let target = Target::of(output, path)?;
     let t = open_checked(path)?;
+    sel.check_tid(&t, path)?;
     if !sel.is_all() && format == ExportFormat::Gmon && !t.metadata().arcs.is_empty() {
         return Err(Error::Invalid(format!(
             "{}: a --count trace holds call-graph arcs, not calls: --tid, --time-range, \
