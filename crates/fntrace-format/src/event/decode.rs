@@ -406,6 +406,9 @@ mod tests {
             line: 3,
         }
         .encode(&mut buf);
+        for resumed in [false, true] {
+            Framed::ContextSwitch { resumed, calls: 3 }.encode(&mut buf);
+        }
         let mut d = Decoder::new(&buf, 1000);
         let mut got = vec![];
         while let Some(r) = d.next_record().unwrap() {
@@ -442,6 +445,14 @@ mod tests {
                     file: "a.rs".into(),
                     line: 3
                 }),
+                Record::ContextSwitch {
+                    resumed: false,
+                    calls: 3
+                },
+                Record::ContextSwitch {
+                    resumed: true,
+                    calls: 3
+                },
             ]
         );
     }
