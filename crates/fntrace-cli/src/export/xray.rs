@@ -1,5 +1,10 @@
 //! `fntrace export --format xray`: an llvm-xray basic-mode log of the
 //! trace's main executable, for `llvm-xray account -instr_map=BINARY`.
+//!
+//! A call a user-level context switch suspended (`swapcontext`) is written
+//! as its pieces, an entry and an exit each: the log has no way to say
+//! that an entry continues a call, so `llvm-xray account` counts each
+//! piece as a call (`report`, `graph` and the gmon export count it once).
 
 use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
