@@ -85,7 +85,6 @@ pub fn run_weighted(
     }
     let target = Target::of(output, path)?;
     let t = open_checked(path)?;
-    sel.check_tid(&t, path)?;
     if !sel.is_all() && format == ExportFormat::Gmon && !t.metadata().arcs.is_empty() {
         return Err(Error::Invalid(format!(
             "{}: a --count trace holds call-graph arcs, not calls: --tid, --time-range, \
@@ -100,6 +99,8 @@ pub fn run_weighted(
             path.display()
         )));
     }
+    // After the --count refusals, which say more about such a trace.
+    sel.check_tid(&t, path)?;
     if weight != Weight::Wall && t.metadata().offcpu.is_empty() {
         return Err(Error::Invalid(format!(
             "{}: no off-CPU intervals (record with --sched): no on-CPU or off-CPU flame graph",
