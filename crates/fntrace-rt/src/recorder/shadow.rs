@@ -148,6 +148,29 @@ impl Shadow {
         true
     }
 
+    /// Gives the reservation back when its thread ends (each one is a few
+    /// MB of address space and a page table page: a program that starts
+    /// thousands of threads over its life would keep them all, and its
+    /// forks would slow down). The thread records nothing more, and a
+    /// frame of it can no longer return through the exit trampoline
+    /// (its stack is being torn down), so the stack is never reserved
+    /// again (`failed`).
+    pub(crate) fn release(&mut self) {
+        if !self.base.is_null() {
+            // SAFETY: the mapping `reserve` made (the sentinel frame
+            // before `base`), no longer used by this ending thread.
+            unsafe {
+                libc::munmap(
+                    self.base.sub(1).cast(),
+                    (CAPACITY + 1 + BURIED) * core::mem::size_of::<Frame>(),
+                );
+            }
+        }
+        self.base = ptr::null_mut();
+        self.len = 0;
+        self.failed = true;
+    }
+
     /// Whether the stack was reserved (then `len < CAPACITY` means room).
     #[inline(always)]
     pub(crate) fn is_reserved(&self) -> bool {

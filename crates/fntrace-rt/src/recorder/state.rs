@@ -100,32 +100,93 @@ thread_local! {
     pub(crate) static EXIT_HOOK: ExitHook = const { ExitHook };
 }
 
-/// Its destructor runs when the thread exits and closes the thread's stream.
+/// Its destructor runs when the thread exits (a TLS destructor) and ends
+/// the thread's recording, unless the key below took that over.
 pub(crate) struct ExitHook;
 
 impl Drop for ExitHook {
     fn drop(&mut self) {
-        // The main thread's TLS destructors run inside `exit`, before the
-        // program's `atexit` handlers, C++ static destructors and ELF
-        // destructors, whose calls are still to be recorded: its stream is
-        // closed when the session ends (the runtime's own `atexit`
-        // handler, registered before any of the program's, runs last).
-        // SAFETY: plain system calls.
-        if unsafe { libc::gettid() == libc::getpid() } {
+        if EXIT_KEY.load(core::sync::atomic::Ordering::Acquire) == 0 {
+            thread_ended();
+        }
+    }
+}
+
+/// A pthread key (its number plus one; 0: none) whose destructor ends a
+/// thread's recording as late as glibc lets it: key destructors run
+/// after the TLS destructors (C++ `thread_local`), and this one re-arms
+/// itself until the last of glibc's `PTHREAD_DESTRUCTOR_ITERATIONS`
+/// rounds, so that the calls other keys' destructors make are recorded.
+static EXIT_KEY: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// glibc's `PTHREAD_DESTRUCTOR_ITERATIONS`.
+const DESTRUCTOR_ROUNDS: usize = 4;
+
+extern "C" fn exit_key_destructor(v: *mut libc::c_void) {
+    let round = v as usize;
+    let key = EXIT_KEY.load(core::sync::atomic::Ordering::Acquire);
+    if round < DESTRUCTOR_ROUNDS && key != 0 {
+        // SAFETY: our own key; the value is a round number, not a pointer.
+        unsafe { libc::pthread_setspecific(key - 1, core::ptr::without_provenance(round + 1)) };
+        return;
+    }
+    thread_ended();
+}
+
+/// Makes sure the calling thread's exit is seen: the exit key is armed
+/// (created at the first use), else the TLS destructor is registered.
+pub(crate) fn watch_thread_exit() {
+    use core::sync::atomic::Ordering;
+    let mut key = EXIT_KEY.load(Ordering::Acquire);
+    if key == 0 {
+        let mut k: libc::pthread_key_t = 0;
+        // SAFETY: creates a key with a destructor that only touches this
+        // thread's state.
+        if unsafe { libc::pthread_key_create(&mut k, Some(exit_key_destructor)) } == 0 {
+            match EXIT_KEY.compare_exchange(0, k + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => key = k + 1,
+                Err(other) => {
+                    // Another thread made one first.
+                    // SAFETY: our own key, not used by anyone.
+                    unsafe { libc::pthread_key_delete(k) };
+                    key = other;
+                }
+            }
+        }
+    }
+    if key != 0 {
+        // SAFETY: our key; the value (round 1) is not a pointer.
+        unsafe { libc::pthread_setspecific(key - 1, core::ptr::without_provenance(1)) };
+    } else {
+        EXIT_HOOK.with(|_| {});
+    }
+}
+
+/// The calling thread is ending: its stream is closed and its shadow
+/// stack given back (the thread runs no traced code after this that could
+/// return through it; calls made after this are not recorded).
+fn thread_ended() {
+    // The main thread's TLS destructors run inside `exit`, before the
+    // program's `atexit` handlers, C++ static destructors and ELF
+    // destructors, whose calls are still to be recorded: its stream is
+    // closed when the session ends (the runtime's own `atexit`
+    // handler, registered before any of the program's, runs last).
+    // SAFETY: plain system calls.
+    if unsafe { libc::gettid() == libc::getpid() } {
+        return;
+    }
+    with_state(|t| {
+        if t.busy {
             return;
         }
-        with_state(|t| {
-            if t.busy {
-                return;
-            }
-            t.busy = true;
-            if let Some(s) = attached(t) {
-                close_thread(s, t, true);
-            }
-            t.dead = true;
-            t.busy = false;
-        });
-    }
+        t.busy = true;
+        if let Some(s) = attached(t) {
+            close_thread(s, t, true);
+        }
+        t.dead = true;
+        t.shadow.release();
+        t.busy = false;
+    });
 }
 
 // The per-thread state lives in a TLS block of our own, reached with the

@@ -19,7 +19,7 @@ use fntrace_format::layout::{
 use super::file::Session;
 use super::helper::{SLOT_FREE, SLOT_OPEN, SLOT_PINNED};
 use super::pending;
-use super::state::{Cursor, EXIT_HOOK, ThreadState, state};
+use super::state::{Cursor, ThreadState, state};
 use super::{CURRENT, FIRST_GROW, GROW_STEP, SESSION, SLACK, UNINIT, lazy_start};
 use crate::features::{FEAT_TIME, features};
 use crate::{clock, procinfo};
@@ -242,7 +242,7 @@ fn attach_now(t: &mut ThreadState, sid: u32) -> bool {
     s.threads.fetch_add(1, Ordering::Relaxed);
     t.session = sid;
     // Make sure the thread's exit is seen.
-    EXIT_HOOK.with(|_| {});
+    super::state::watch_thread_exit();
     true
 }
 
