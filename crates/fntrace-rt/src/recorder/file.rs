@@ -65,6 +65,80 @@ pub(crate) struct Session {
     pub(crate) life: Mutex<Life>,
     /// The helper thread was started (see [`start_helper`]).
     pub(crate) helper_started: AtomicBool,
+    /// Per thread id, the sequence number its stream goes on with, plus
+    /// one (0: the id has no stream yet): see [`Session::first_seq`].
+    /// Reserved at the first thread end (`MAP_NORESERVE`: only the pages
+    /// of ids in use cost memory).
+    pub(crate) stream_seqs: core::sync::atomic::AtomicPtr<AtomicU32>,
+}
+
+/// Thread ids the stream-sequence table covers (the kernel's largest
+/// `pid_max`).
+const MAX_TIDS: usize = 1 << 22;
+
+impl Session {
+    /// The sequence number of a new stream's first chunk for thread id
+    /// `tid`: 0, or, when a thread that ended earlier in this session had
+    /// the same id (the kernel reuses ids: a program that starts more
+    /// threads over its life than `pid_max` allows at once), the number
+    /// after that thread's last chunk, so that the new thread's stream
+    /// goes on from the old one's (a reader keys streams by thread id; a
+    /// second chunk 0 was dropped as a duplicate, with every event of the
+    /// new thread).
+    pub(crate) fn first_seq(&self, tid: u32) -> u32 {
+        let t = self.stream_seqs.load(Ordering::Acquire);
+        if t.is_null() || tid as usize >= MAX_TIDS {
+            return 0;
+        }
+        // SAFETY: the table has MAX_TIDS entries, mapped for the session's
+        // life.
+        unsafe {
+            (*t.add(tid as usize))
+                .load(Ordering::Relaxed)
+                .saturating_sub(1)
+        }
+    }
+
+    /// Thread `tid`'s stream ended with chunk `seq`: a later thread with
+    /// the same id goes on at `seq + 1`.
+    pub(crate) fn note_stream_end(&self, tid: u32, seq: u32) {
+        if tid as usize >= MAX_TIDS {
+            return;
+        }
+        let mut t = self.stream_seqs.load(Ordering::Acquire);
+        if t.is_null() {
+            // SAFETY: an anonymous private mapping at a kernel-chosen
+            // address; zero-filled, and all-zero is "no stream".
+            let p = unsafe {
+                libc::mmap(
+                    ptr::null_mut(),
+                    MAX_TIDS * 4,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return;
+            }
+            match self.stream_seqs.compare_exchange(
+                ptr::null_mut(),
+                p.cast(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => t = p.cast(),
+                Err(other) => {
+                    // SAFETY: our own mapping, never shared.
+                    unsafe { libc::munmap(p, MAX_TIDS * 4) };
+                    t = other;
+                }
+            }
+        }
+        // SAFETY: as in `first_seq`.
+        unsafe { (*t.add(tid as usize)).store(seq.saturating_add(2), Ordering::Relaxed) };
+    }
 }
 
 // SAFETY: the raw pointers in `Session` point into a mapping that lives as
@@ -264,6 +338,7 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
         owner: (0..ring_chunks).map(|_| AtomicU8::new(0)).collect(),
         life: Mutex::new(Life::default()),
         helper_started: AtomicBool::new(false),
+        stream_seqs: core::sync::atomic::AtomicPtr::new(ptr::null_mut()),
     };
     if !grow(&s, HEADER_SIZE as usize, true) {
         let e = io::Error::last_os_error();

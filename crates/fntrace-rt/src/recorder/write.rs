@@ -383,6 +383,9 @@ pub(crate) fn close_thread(s: &Session, t: &mut ThreadState, exiting: bool) {
         });
     }
     seal_release(s, &t.cur);
+    if exiting {
+        s.note_stream_end(t.tid, t.cur.seq);
+    }
     t.session = 0;
 }
 
@@ -532,7 +535,11 @@ pub(crate) fn claim_chunk_at(
         base_mono_ns = base_mono_ns.saturating_sub((ticks * 1_000_000_000 / hz) as u64);
         base_tsc = b;
     }
-    let seq = if cur.chunk.is_null() { 0 } else { cur.seq + 1 };
+    let seq = if cur.chunk.is_null() {
+        s.first_seq(tid)
+    } else {
+        cur.seq + 1
+    };
     let h = ChunkHeader {
         tid,
         seq,
