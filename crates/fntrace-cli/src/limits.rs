@@ -131,14 +131,28 @@ pub fn notes(trace: &Trace) -> Vec<String> {
                 at(f.end_tsc)
             ));
         }
-        if f.full_tsc != 0 && h.flags & fntrace_format::layout::HDR_FLAG_RING != 0 {
+        if f.full_tsc != 0
+            && let Some(l) = m
+                .setting(fntrace_format::event::SETTING_FSIZE_LIMIT)
+                .and_then(|v| v.parse::<u64>().ok())
+        {
+            v.push(format!(
+                "the process's file size limit (ulimit -f, {}) was reached at {}: {} later \
+                 calls were not recorded (each thread recorded on until its chunk was full)",
+                fmt_size(l),
+                at(f.full_tsc),
+                f.lost_events
+            ));
+        } else if f.full_tsc != 0 && h.flags & fntrace_format::layout::HDR_FLAG_RING != 0 {
             // A flight recorder never runs out of file: every chunk of the
             // ring was held by a thread writing to it at once, and the
             // threads that found none recorded nothing more.
             let chunks = trace.file_len().saturating_sub(u64::from(h.header_size))
                 / u64::from(h.chunk_size.max(1));
             v.push(format!(
-                "every chunk of the ring ({chunks} of {}) was held by a running thread at {}:                  {} later calls of threads that found none were not recorded (each thread                  writing at once needs a chunk: give --ring at least {} per thread)",
+                "every chunk of the ring ({chunks} of {}) was held by a running thread at {}: \
+                 {} later calls of threads that found none were not recorded (each thread \
+                 writing at once needs a chunk: give --ring at least {} per thread)",
                 fmt_size(u64::from(h.chunk_size)),
                 at(f.full_tsc),
                 f.lost_events,

@@ -257,6 +257,74 @@ fn max_size_reports_what_it_dropped() {
     assert!(std::fs::metadata(&data).unwrap().len() <= 512 << 10);
 }
 
+/// A file size limit (`ulimit -f`, `RLIMIT_FSIZE`) below what the trace
+/// needs ends the trace as a full disk would, and says which limit it
+/// was: the program runs to its end (SIGXFSZ killed it, and nothing said
+/// why the trace stopped), every call is recorded or counted as dropped.
+#[test]
+fn a_file_size_limit_ends_the_trace_not_the_program() {
+    use std::os::unix::process::CommandExt;
+    let bin = tmp("fib-pg-fsize");
+    tool(
+        "gcc",
+        &[
+            "-O2",
+            "-fno-optimize-sibling-calls",
+            "-pg",
+            "-o",
+            bin.to_str().unwrap(),
+            common::FIB_C,
+        ],
+    );
+    let data = tmp("fib-fsize.data");
+    let mut c = record_cmd(&data, &[], &bin, &["27"]);
+    // SAFETY: setrlimit is async-signal-safe; it only limits the child.
+    unsafe {
+        c.pre_exec(|| {
+            let rl = libc::rlimit {
+                rlim_cur: 1 << 20,
+                rlim_max: 1 << 20,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &rl);
+            Ok(())
+        });
+    }
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "196418");
+    assert!(
+        err.contains("file size limit (ulimit -f, 1 MiB) was reached at +"),
+        "{err}"
+    );
+    let info = fntrace(&["info", data.to_str().unwrap()]);
+    let line = info
+        .lines()
+        .find(|l| l.starts_with("# limit"))
+        .unwrap_or_else(|| panic!("no limit in info:\n{info}"));
+    assert!(line.contains("ulimit -f"), "{line}");
+    let dropped: u64 = line
+        .split(": ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {line:?}"));
+    let t = Trace::open(&data).unwrap();
+    let mut recorded = 0u64;
+    struct Count<'a>(&'a mut u64);
+    impl Visitor for Count<'_> {
+        fn enter(&mut self, _f: u64, _d: usize, _t: u64) {
+            *self.0 += 1;
+        }
+        fn call(&mut self, _c: &Call) {}
+    }
+    for tid in t.thread_ids() {
+        walk_thread(&t, tid, &mut Count(&mut recorded));
+    }
+    assert_eq!(recorded + dropped, 2 * 317_811 - 1 + 1, "{line}");
+    assert!(dropped > 0);
+}
+
 /// `--duration` stops recording while the program runs on: the trace
 /// says it stopped, holds the first part of the run only, and the
 /// program finishes its work and prints as it would untraced.

@@ -112,6 +112,10 @@ pub const SETTING_STOPPED: &str = "stopped";
 /// Setting key: calls deeper than the runtime's shadow stack were not
 /// recorded; the value is how many (they are part of the lost events).
 pub const SETTING_TOO_DEEP: &str = "too-deep";
+/// Setting key: the trace stopped growing because the process's file
+/// size limit (`RLIMIT_FSIZE`, `ulimit -f`) was reached; the value is the
+/// limit in bytes.
+pub const SETTING_FSIZE_LIMIT: &str = "fsize-limit";
 
 /// Why an attached recording ended ([`Record::Detach`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

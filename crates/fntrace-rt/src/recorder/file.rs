@@ -65,6 +65,9 @@ pub(crate) struct Session {
     pub(crate) life: Mutex<Life>,
     /// The helper thread was started (see [`start_helper`]).
     pub(crate) helper_started: AtomicBool,
+    /// The file could not grow past the process's file size limit
+    /// (`RLIMIT_FSIZE`): its value in bytes (0: not reached).
+    pub(crate) fsize_limit: AtomicU64,
     /// Per thread id, the sequence number its stream goes on with, plus
     /// one (0: the id has no stream yet): see [`Session::first_seq`].
     /// Reserved at the first thread end (`MAP_NORESERVE`: only the pages
@@ -339,6 +342,7 @@ pub(crate) fn create_session(opts: &Options) -> io::Result<Session> {
         life: Mutex::new(Life::default()),
         helper_started: AtomicBool::new(false),
         stream_seqs: core::sync::atomic::AtomicPtr::new(ptr::null_mut()),
+        fsize_limit: AtomicU64::new(0),
     };
     if !grow(&s, HEADER_SIZE as usize, true) {
         let e = io::Error::last_os_error();
@@ -485,6 +489,17 @@ pub(crate) fn end(process_exit: bool, arcs: ArcSource<'_>) -> Option<Ended> {
             t.busy = false;
         }
     });
+    let limit = s.fsize_limit.load(Ordering::Relaxed);
+    if limit > 0 {
+        let v = limit.to_string();
+        write_meta(
+            s,
+            &Framed::Setting {
+                key: fntrace_format::event::SETTING_FSIZE_LIMIT.as_bytes(),
+                value: v.as_bytes(),
+            },
+        );
+    }
     let deep = s.too_deep.load(Ordering::Relaxed);
     if deep > 0 {
         let v = deep.to_string();
@@ -518,7 +533,13 @@ pub(crate) fn complete(e: Ended) -> Summary {
         let _g = s.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
         s.finished.store(true, Ordering::Release);
         let next = s.next_chunk.load(Ordering::Acquire);
-        (next, next.min(s.max_chunks))
+        // The chunks handed out, but never past what the file holds: a
+        // chunk counted but refused (the file size limit,
+        // `RLIMIT_FSIZE`) was never added to it, and extending the file
+        // past the limit would raise SIGXFSZ.
+        let whole = (s.mapped.load(Ordering::Acquire) as u64).saturating_sub(HEADER_SIZE as u64)
+            / s.chunk_size as u64;
+        (next, next.min(s.max_chunks).min(whole))
     };
     let events = helper::finish_count(s, next);
     let fin = Final {
@@ -529,7 +550,7 @@ pub(crate) fn complete(e: Ended) -> Summary {
                 0
             },
         events: events.unwrap_or(0),
-        overwritten: next - chunks,
+        overwritten: next - next.min(s.max_chunks),
         end_tsc,
         end_mono_ns,
         tsc_hz: measured.unwrap_or(h.tsc_hz),

@@ -4,7 +4,6 @@
 //! arguments, return values, metadata), chunk claiming, growing the file
 //! and sealing chunks.
 
-use std::io;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering, compiler_fence};
 
@@ -623,9 +622,27 @@ fn grow_locked(s: &Session, end: usize, populate: bool) -> bool {
     // Start small (short runs should not pay for allocating and then
     // truncating megabytes), then double up to large steps.
     let step = mapped.clamp(FIRST_GROW, GROW_STEP);
-    let new_len = (end.max(mapped + step)).min(s.reserved);
+    let mut new_len = (end.max(mapped + step)).min(s.reserved);
     if new_len < end {
         return false;
+    }
+    // Not past the process's file size limit: the kernel would refuse
+    // and send SIGXFSZ, which kills the program by default (and, raised
+    // by the helper thread, goes to whichever thread does not block it).
+    if let Some(limit) = fsize_limit()
+        && new_len as u64 > limit
+    {
+        // Whole chunks only (the file ends at a chunk boundary).
+        let h = HEADER_SIZE as usize;
+        let cap = match (limit as usize).checked_sub(h) {
+            Some(room) => h + room / s.chunk_size * s.chunk_size,
+            None => 0,
+        };
+        if cap < end {
+            s.fsize_limit.store(limit.max(1), Ordering::Relaxed);
+            return false;
+        }
+        new_len = cap;
     }
     let Some(fd) = s.fd.get() else {
         return false;
@@ -636,12 +653,8 @@ fn grow_locked(s: &Session, end: usize, populate: bool) -> bool {
     unsafe {
         // Reserve disk blocks first: a store into a hole of a full disk
         // would be SIGBUS, an error here is just "no space".
-        let r = libc::fallocate(fd, 0, mapped as i64, (new_len - mapped) as i64);
-        if r != 0 {
-            let e = io::Error::last_os_error().raw_os_error();
-            if e != Some(libc::EOPNOTSUPP) || libc::ftruncate(fd, new_len as i64) != 0 {
-                return false;
-            }
+        if !extend(s, fd, mapped, new_len) {
+            return false;
         }
         let p = libc::mmap(
             s.base.add(mapped) as *mut libc::c_void,
@@ -657,6 +670,67 @@ fn grow_locked(s: &Session, end: usize, populate: bool) -> bool {
     }
     s.mapped.store(new_len, Ordering::Release);
     true
+}
+
+/// The process's file size limit (`RLIMIT_FSIZE`), if it has one.
+fn fsize_limit() -> Option<u64> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut rl) } == 0;
+    (ok && rl.rlim_cur != libc::RLIM_INFINITY).then_some(rl.rlim_cur)
+}
+
+/// Makes the file `new_len` bytes long (from `mapped`), with its blocks
+/// allocated where the file system can. Past the process's file size
+/// limit (`RLIMIT_FSIZE`, which [`grow_locked`] stays under; the program
+/// may lower it meanwhile) the kernel refuses (EFBIG) and sends SIGXFSZ,
+/// whose default action would kill the program: the signal is held back
+/// around the calls and the one they raised taken back when it came to
+/// this thread, and the limit is noted for the trace's summary; the trace
+/// then ends as if the disk were full.
+///
+/// # Safety
+/// `fd` is the session's open trace file.
+unsafe fn extend(s: &Session, fd: libc::c_int, mapped: usize, new_len: usize) -> bool {
+    // SAFETY: signal sets are plain data initialised by sigemptyset /
+    // sigpending / pthread_sigmask before use; the calls work on the
+    // calling thread's own mask and on our descriptor.
+    unsafe {
+        let mut xfsz: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut xfsz);
+        libc::sigaddset(&mut xfsz, libc::SIGXFSZ);
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &xfsz, &mut old);
+        let mut pending: libc::sigset_t = core::mem::zeroed();
+        libc::sigpending(&mut pending);
+        let was_pending = libc::sigismember(&pending, libc::SIGXFSZ) == 1;
+        let mut ok = libc::fallocate(fd, 0, mapped as i64, (new_len - mapped) as i64) == 0;
+        let mut e = if ok { 0 } else { *libc::__errno_location() };
+        if !ok && e == libc::EOPNOTSUPP {
+            ok = libc::ftruncate(fd, new_len as i64) == 0;
+            e = if ok { 0 } else { *libc::__errno_location() };
+        }
+        if e == libc::EFBIG {
+            if !was_pending {
+                let zero = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                libc::sigtimedwait(&xfsz, core::ptr::null_mut(), &zero);
+            }
+            let mut rl = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_FSIZE, &mut rl);
+            s.fsize_limit.store(rl.rlim_cur.max(1), Ordering::Relaxed);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        ok
+    }
 }
 
 /// Seals a chunk: payload length, CRC, then the sealed flag.
