@@ -163,3 +163,33 @@ fn exec_and_underscore_exit_end_the_trace_clean() {
         }
     }
 }
+
+/// `record --count` of the same fork + exec: `report --children` gives
+/// every function the calls the timed recording gives it. (A forked
+/// child's arc tables held the parent's counts from before the fork,
+/// which the child's trace then counted a second time.)
+#[test]
+fn counted_children_count_each_call_once() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, flags) in [("pg", &["-pg"][..]), ("fentry", &["-pg", "-mfentry"][..])] {
+        let dir = d.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let bin = build(&dir, "fork_exec.c", "fork_exec", flags);
+        let target = build(&dir, "exec_target.c", "exec_target", flags);
+        let mut counts = vec![];
+        for opts in [&[][..], &["--count"][..]] {
+            let data = dir.join(if opts.is_empty() { "t.data" } else { "c.data" });
+            let o = record_cmd(&data, opts, &bin, &[target.to_str().unwrap()])
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{name} {opts:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            counts.push(report(&[data.as_os_str(), "--children".as_ref()]));
+        }
+        assert_eq!(counts[1], counts[0], "{name}: --count against timed");
+        assert_eq!(counts[1].get("leaf"), Some(&3000), "{name}");
+    }
+}

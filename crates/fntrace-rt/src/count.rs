@@ -263,6 +263,29 @@ pub(crate) fn for_each_arc(mut f: impl FnMut(u64, u64, u64)) {
     }
 }
 
+/// In a forked child: every table (the forking thread's, and the copies
+/// of the other threads' that the child inherited) holds the parent's
+/// counts, which the parent's trace has; the child's trace starts from
+/// none, so that `report --children` does not count them twice. Only the
+/// forking thread runs, and tables are only written by their own thread.
+pub(crate) fn forget_counts_after_fork() {
+    let mut t = TABLES.load(Ordering::Acquire);
+    while !t.is_null() {
+        // SAFETY: tables are never freed; in the child no other thread
+        // exists to write them. Every slot in use is cleared whole (an
+        // empty table has no probe chains to keep).
+        unsafe {
+            let n = (*t).nused.min((*t).mask as usize + 1);
+            for k in 0..n {
+                let s = slot(t, (*t).used.add(k).read() as usize);
+                ptr::write_bytes(s, 0, 1);
+            }
+            (*t).nused = 0;
+            t = (*t).next;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

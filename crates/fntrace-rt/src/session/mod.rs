@@ -516,6 +516,8 @@ extern "C" fn after_fork_child() {
     let Some(mut o) = recorder::forget_after_fork() else {
         return;
     };
+    // The parent's arc counts are the parent's trace's.
+    crate::count::forget_counts_after_fork();
     let mut name = o.path.clone().into_os_string();
     name.push(format!(".{}", std::process::id()));
     o.path = name.into();
