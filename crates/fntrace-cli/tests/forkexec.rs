@@ -193,3 +193,38 @@ fn counted_children_count_each_call_once() {
         assert_eq!(counts[1].get("leaf"), Some(&3000), "{name}");
     }
 }
+
+/// `--depth 2` holds in forked children too: a child's depth goes on from
+/// its parent's open calls (main, already recorded by the parent), so
+/// `leaf`, at depth 2 everywhere, is never recorded. (A child counted its
+/// depth from 0 below main and recorded 1,500 calls of `leaf`.)
+#[test]
+fn depth_limits_hold_in_forked_children() {
+    let d = tempfile::tempdir().unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/forkexec/depth.c");
+    for (name, flags) in [
+        ("pg", &["-pg"][..]),
+        ("fentry", &["-pg", "-mfentry"][..]),
+        ("cyg", &["-finstrument-functions"][..]),
+    ] {
+        let bin = d.path().join(format!("depth-{name}"));
+        let mut a = vec!["-O2", "-fno-optimize-sibling-calls"];
+        a.extend(flags);
+        a.extend(["-o", bin.to_str().unwrap(), src]);
+        tool("gcc", &a);
+        let data = d.path().join(format!("{name}.data"));
+        let o = record_cmd(&data, &["-D", "2"], &bin, &["3"])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let all = report(&[data.as_os_str(), "--children".as_ref()]);
+        assert_eq!(all.get("leaf"), None, "{name}: {all:?}");
+        assert_eq!(all.get("main"), Some(&1), "{name}: {all:?}");
+        // work: once before the forks, once after, 10 times per child.
+        assert_eq!(all.get("work"), Some(&32), "{name}: {all:?}");
+    }
+}

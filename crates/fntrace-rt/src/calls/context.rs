@@ -194,6 +194,9 @@ pub(crate) fn resume(keep: &mut Suspended) {
             if f.flags & F_NOTRACE != 0 {
                 t.notrace_regions += 1;
             }
+            if f.flags & crate::recorder::shadow::F_BASE != 0 {
+                t.depth_base += 1;
+            }
             if f.flags & F_RECORDED != 0 {
                 if attached {
                     recorder::record_entry_inner(t, f.func);

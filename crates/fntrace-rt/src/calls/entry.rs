@@ -218,6 +218,9 @@ pub(super) fn pop_frames(t: &mut ThreadState, from: usize, record: bool) {
         if record && f.flags & F_RECORDED != 0 {
             recorder::exit_inner(t);
         }
+        if f.flags & shadow::F_BASE != 0 {
+            t.depth_base = t.depth_base.saturating_sub(1);
+        }
     }
 }
 

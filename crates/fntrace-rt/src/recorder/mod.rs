@@ -300,10 +300,11 @@ pub(crate) fn is_active() -> bool {
 }
 
 /// The calling thread's open recorded calls, written or held back by the
-/// time filter (what `--depth` limits).
+/// time filter, and those an earlier session recorded (what `--depth`
+/// limits).
 #[inline(always)]
 pub(crate) fn open_depth(t: &ThreadState) -> u32 {
-    t.depth + pending::unwritten(t)
+    t.depth + pending::unwritten(t) + t.depth_base
 }
 
 /// Whether a session is active (after looking at the environment).

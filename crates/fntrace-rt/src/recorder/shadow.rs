@@ -44,6 +44,10 @@ pub(crate) const F_RETVAL: u32 = 16;
 /// call wrappers); without it the frame's exit is announced explicitly
 /// (cyg_profile, XRay) and `slot` is only a stack mark.
 pub(crate) const F_SLOT: u32 = 32;
+/// The frame's call was recorded by an earlier session (the parent's,
+/// before a fork): it writes no exit here, but counts for `--depth`
+/// (`ThreadState::depth_base`).
+pub(crate) const F_BASE: u32 = 64;
 
 /// One call on the shadow stack.
 #[repr(C)]

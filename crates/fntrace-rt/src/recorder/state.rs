@@ -94,6 +94,10 @@ pub(crate) struct ThreadState {
     pub(crate) arcs: *mut core::ffi::c_void,
     /// Calls held back by the time filter (see `recorder::pending`).
     pub(crate) pend: Pending,
+    /// Open calls an earlier session recorded (frames marked `F_BASE`):
+    /// below this session's first call, they count for `--depth`, so
+    /// that a forked child's depth goes on from its parent's.
+    pub(crate) depth_base: u32,
 }
 
 thread_local! {

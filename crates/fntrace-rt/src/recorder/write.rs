@@ -223,6 +223,17 @@ fn attach_now(t: &mut ThreadState, sid: u32) -> bool {
     t.tid = procinfo::gettid();
     t.cur = Cursor::EMPTY;
     t.depth = 0;
+    // Frames whose calls an earlier session recorded (a forked child's,
+    // from its parent) write no exit here but count for `--depth`.
+    t.depth_base = 0;
+    for f in t.shadow.frames() {
+        if f.flags & super::shadow::F_RECORDED != 0 {
+            f.flags = (f.flags & !super::shadow::F_RECORDED) | super::shadow::F_BASE;
+        }
+        if f.flags & super::shadow::F_BASE != 0 {
+            t.depth_base += 1;
+        }
+    }
     t.pend.reset();
     t.full = false;
     t.lost = 0;
