@@ -355,6 +355,19 @@ pub fn run(output: &Path, o: &Options, command: &[String]) -> Result<ExitCode> {
             false
         }
         Ok(_) => print_summary(&output),
+        // An instrumented program whose trace is not there: removed while
+        // it ran (by the program itself, a cleanup script), or the program
+        // ended before any of its instrumented code ran.
+        Err(_) if ins.as_ref().is_some_and(|i| i.any()) => {
+            eprintln!(
+                "fntrace: {} ended ({}) and its trace {} is not there: it was removed while \
+                 the program ran, or no instrumented code ran",
+                command[0],
+                describe_status(status),
+                output.display()
+            );
+            false
+        }
         Err(_) => {
             eprintln!(
                 "fntrace: {} wrote no trace ({}). {}",

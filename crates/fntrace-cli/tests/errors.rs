@@ -631,3 +631,41 @@ fn an_unknown_thread_is_refused_by_every_view() {
         assert!(!out.exists(), "{args:?} wrote {}", out.display());
     }
 }
+
+/// An instrumented program that removes its own trace while it runs: one
+/// line saying the trace is gone (it once got the advice to rebuild with
+/// instrumentation), exit status 2.
+#[test]
+fn a_trace_removed_while_the_program_ran_is_named_as_such() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("unl.c");
+    std::fs::write(
+        &src,
+        "#include <unistd.h>\n\
+         __attribute__((noinline)) int leaf(int x) { return x + 1; }\n\
+         int main(int argc, char **argv) { (void)argc; int s = leaf(1); unlink(argv[1]); return s - 2; }\n",
+    )
+    .unwrap();
+    let bin = d.path().join("unl");
+    tool(
+        "gcc",
+        &[
+            "-O2",
+            "-pg",
+            "-o",
+            bin.to_str().unwrap(),
+            src.to_str().unwrap(),
+        ],
+    );
+    let data = d.path().join("t.data");
+    let o = record_cmd(&data, &[], &bin, &[data.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("is not there: it was removed while the program ran"),
+        "{err}"
+    );
+    assert!(!err.contains("Rebuild"), "{err}");
+}
