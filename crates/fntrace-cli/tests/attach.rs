@@ -995,3 +995,147 @@ fn sched_after_a_thread_ends_does_not_spin() {
     let tids: Vec<u32> = tr.metadata().offcpu.keys().copied().collect();
     assert!(tids.len() >= 3, "off-CPU intervals on threads {tids:?}");
 }
+
+/// A program forking as fast as it can (one more thread, so that malloc
+/// takes its locks; optionally a 1 kHz `ITIMER_REAL` whose handler does
+/// nothing): glibc's `fork()` holds every malloc arena lock around its
+/// `clone`, and an attach that borrowed a thread stopped in there had its
+/// `dlopen` wait for that lock forever (in about one attach in two to
+/// six), the program hung with an unreaped child, and with the timer's
+/// signals `record -p` waited forever too. Ten attaches in a row must each
+/// succeed, and the program must go on and end with its self-check.
+#[test]
+fn attach_to_a_program_that_keeps_forking() {
+    const FORKER_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/attach/forker.c");
+    let d = tempfile::tempdir().unwrap();
+    let bin = d.path().join("forker");
+    common::tool(
+        "gcc",
+        &[
+            "-O2",
+            "-g",
+            "-pg",
+            "-mfentry",
+            "-o",
+            bin.to_str().unwrap(),
+            FORKER_C,
+            "-lpthread",
+        ],
+    );
+    for timer in [false, true] {
+        let mut child = Command::new(&bin)
+            .args(timer.then_some("timer"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let mut input = child.stdin.take().unwrap();
+        let mut output = BufReader::new(child.stdout.take().unwrap());
+        let mut l = String::new();
+        output.read_line(&mut l).unwrap();
+        assert!(l.starts_with("ready "), "forker said {l:?}");
+        for k in 0..10 {
+            let out = d.path().join(format!("f{k}.data"));
+            let mut a = attach_cmd(pid, &out, Some("300ms"), &[])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            // A hung attach fails the test instead of hanging it.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let st = loop {
+                if let Some(st) = a.try_wait().unwrap() {
+                    break Some(st);
+                }
+                if Instant::now() > deadline {
+                    let _ = a.kill();
+                    let _ = a.wait();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut a.stderr.take().unwrap(), &mut err).unwrap();
+            let Some(st) = st else {
+                give_up(
+                    &mut child,
+                    &format!("attach {k} (timer {timer}) did not end within 30 s: {err}"),
+                );
+            };
+            if !st.success() {
+                give_up(
+                    &mut child,
+                    &format!("attach {k} (timer {timer}) failed: {err}"),
+                );
+            }
+            assert!(err.contains("attached to process"), "{err}");
+        }
+        // The program still runs: it answers and ends with its self-check.
+        writeln!(input, "quit").unwrap();
+        input.flush().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let st = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > deadline {
+                give_up(
+                    &mut child,
+                    &format!("the forker (timer {timer}) hung after the attaches"),
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut l = String::new();
+        output.read_line(&mut l).unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(
+            l.starts_with("ok ") && l.trim().ends_with("errors=0"),
+            "{l}"
+        );
+        assert_eq!(st.code(), Some(0), "{l}");
+        assert_eq!(err, "", "the program's standard error changed");
+    }
+}
+
+/// Fails the forking test with `why` and where the forker and its
+/// children wait (a child that never reaches its `_exit` hangs the
+/// forker too), killing them all first so that none is left behind.
+fn give_up(forker: &mut Child, why: &str) -> ! {
+    let pid = forker.id() as i32;
+    let mut pids = vec![pid];
+    pids.extend(children(pid));
+    let state: Vec<String> = pids
+        .iter()
+        .map(|p| {
+            let wchan = std::fs::read_to_string(format!("/proc/{p}/wchan"));
+            format!("{p} in {}", wchan.unwrap_or_default())
+        })
+        .collect();
+    for &p in pids.iter().skip(1) {
+        // SAFETY: kill has no memory preconditions; `p` is a child of the
+        // forker, which has not reaped it.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    let _ = forker.kill();
+    let _ = forker.wait();
+    panic!("{why} (waiting: {})", state.join(", "));
+}
+
+/// The children of process `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}

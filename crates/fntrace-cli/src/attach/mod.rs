@@ -6,10 +6,13 @@
 //!    while it runs (patchable entries, XRay sleds, `-pg`/`-pg -mfentry`/
 //!    `-finstrument-functions` hook calls bound to glibc's definitions).
 //! 2. Listens on a fresh abstract Unix socket for the runtime.
-//! 3. Injection ([`ptrace`]): every thread is stopped, one is borrowed (a
-//!    thread blocked in a system call if there is one), the others are let
-//!    go at once; on the borrowed thread the process's own `dlopen` loads
-//!    `libfntrace_preload.so`, then `fntrace_attach` receives the
+//! 3. Injection ([`ptrace`]): every thread is stopped, at a moment when
+//!    none is inside `fork()` (which holds every malloc lock: while one
+//!    is, they are let go for a few milliseconds and stopped again, for at
+//!    most 2 s); one is borrowed (a thread blocked in a system call if
+//!    there is one), the others are let go at once; on the borrowed
+//!    thread the process's own `dlopen` loads `libfntrace_preload.so`,
+//!    then `fntrace_attach` receives the
 //!    configuration (hand-over pairs on the thread's stack, never the
 //!    environment) and starts the runtime's attach thread; the borrowed
 //!    thread gets its registers back and is let go.
@@ -37,8 +40,9 @@ use object::{Object, ObjectSegment, ObjectSymbol};
 use crate::record::Options;
 use crate::{Error, Result, probe};
 
-/// How long the injected calls may take (a `dlopen` waiting for a lock
-/// another thread holds finishes when that thread lets go of it).
+/// How long each injected call may take in all (a `dlopen` waiting for a
+/// lock another thread holds finishes when that thread lets go of it);
+/// Ctrl-C, SIGTERM or SIGHUP cut it to [`ptrace::STOP_GRACE`].
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What happened during an attach, for the summary and the benchmark.
@@ -147,6 +151,40 @@ fn symbol_offset(path: &Path, name: &str) -> Option<u64> {
 /// (mapped in the target).
 fn symbol_address(m: &Mapped, name: &str) -> Option<u64> {
     symbol_offset(&m.file, name).map(|o| m.start.wrapping_add(o))
+}
+
+/// The run-time code ranges of the functions `names` of the object `m`
+/// that it defines, from its dynamic symbols and, if it has one, its
+/// symbol table (a name it does not define is left out).
+fn symbol_ranges(m: &Mapped, names: &[&str]) -> Vec<(u64, u64)> {
+    let Ok(file) = std::fs::File::open(&m.file) else {
+        return vec![];
+    };
+    // SAFETY: a read-only private mapping of a library file that is not
+    // rewritten in place.
+    let Ok(data) = (unsafe { memmap2::Mmap::map(&file) }) else {
+        return vec![];
+    };
+    let Ok(obj) = object::File::parse(&*data) else {
+        return vec![];
+    };
+    let Some(first) = obj.segments().map(|s| s.address()).min() else {
+        return vec![];
+    };
+    let first = first & !0xfff;
+    let mut v: Vec<(u64, u64)> = obj
+        .dynamic_symbols()
+        .chain(obj.symbols())
+        .filter(|s| s.is_definition() && s.size() > 0)
+        .filter(|s| s.name().is_ok_and(|n| names.contains(&n)))
+        .map(|s| {
+            let a = m.start.wrapping_add(s.address().wrapping_sub(first));
+            (a, a.wrapping_add(s.size()))
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// The C string at `addr` in the stopped process (at most 1 KiB).
@@ -329,9 +367,11 @@ pub fn run(pid: i32, output: &Path, o: &Options) -> Result<ExitCode> {
     // Ctrl-C (and SIGTERM, SIGHUP) from here on only asks to stop: the
     // injection in progress finishes first (a controller that died while
     // the borrowed thread ran our call would leave it returning to
-    // address 0), then the window closes at once. SIGKILL cannot be
-    // caught: killing `record -p` during the injection (a few tens of ms)
-    // can kill the target; after it, the runtime detaches by itself.
+    // address 0) if it does within `ptrace::STOP_GRACE` (else we give up
+    // on it, as after `CALL_TIMEOUT`), then the window closes at once.
+    // SIGKILL cannot be caught: killing `record -p` during the injection
+    // (a few tens of ms) can kill the target; after it, the runtime
+    // detaches by itself.
     catch_stop_signals();
     inject(pid, &preload, &handover, plan, &mut timings, t0)?;
 
@@ -545,6 +585,88 @@ fn wait_for_end(s: &UnixStream, duration: Option<Duration>) -> bool {
     ended
 }
 
+/// System calls that make a process or a thread: `clone`, `fork`,
+/// `vfork`, `clone3`.
+const FORK_SYSCALLS: [u64; 4] = [56, 57, 58, 435];
+
+/// glibc's `fork()` and the helpers it calls with every malloc arena lock
+/// held (the helpers are found only in a C library with its symbol table).
+const FORK_SYMBOLS: &[&str] = &[
+    "fork",
+    "__libc_fork",
+    "_Fork",
+    "__fork",
+    "__malloc_fork_lock_parent",
+    "__malloc_fork_unlock_parent",
+    "__malloc_fork_unlock_child",
+];
+
+/// How long `record -p` waits for a moment when no thread is inside
+/// `fork()`.
+const FORK_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Whether the stopped thread `tid` of `pid` is inside `fork()`: in one of
+/// [`FORK_SYSCALLS`], or running the code of `fork_code` (glibc's fork
+/// path). Such a thread may hold every malloc lock (glibc's fork takes
+/// them all before its `clone` and lets go after it), and a `dlopen` run
+/// while it is stopped, or on it, would wait for them forever.
+fn in_fork(st: &ptrace::Stopped, pid: i32, tid: i32, fork_code: &[(u64, u64)]) -> bool {
+    match st.regs(tid) {
+        Ok(r) => {
+            FORK_SYSCALLS.contains(&r.orig_rax)
+                || fork_code.iter().any(|&(a, b)| (a..b).contains(&r.rip))
+        }
+        // The registers could not be read: the system call the kernel
+        // reports, if any.
+        Err(_) => std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .is_some_and(|n| FORK_SYSCALLS.contains(&n)),
+    }
+}
+
+/// Stops every thread of `pid` at a moment when none is inside `fork()`
+/// (see [`in_fork`]): while one is, every thread is let go for a few
+/// milliseconds and stopped again, for at most [`FORK_PATIENCE`]. Returns
+/// the stopped threads and when the successful stop began (`Instant` and
+/// CLOCK_MONOTONIC ns).
+fn stop_outside_fork(
+    pid: i32,
+    fork_code: &[(u64, u64)],
+) -> Result<(ptrace::Stopped, Instant, u64)> {
+    let start = Instant::now();
+    let mut tries = 0u64;
+    loop {
+        let stop_start = Instant::now();
+        let stop_ns = fntrace_rt::clock::monotonic_ns();
+        let mut st = ptrace::Stopped::all(pid).map_err(|e| Error::Invalid(e.to_string()))?;
+        if !st
+            .tids()
+            .iter()
+            .any(|&tid| in_fork(&st, pid, tid, fork_code))
+        {
+            return Ok((st, stop_start, stop_ns));
+        }
+        st.release();
+        if STOP.load(Ordering::Relaxed) != 0 {
+            return Err(Error::Invalid(format!(
+                "process {pid}: fntrace was asked to stop before it attached; the process was \
+                 left running untouched"
+            )));
+        }
+        if start.elapsed() >= FORK_PATIENCE {
+            return Err(Error::Invalid(format!(
+                "process {pid} kept forking: could not find a moment when no thread was inside \
+                 fork() within {} s; the process was left running untouched",
+                FORK_PATIENCE.as_secs()
+            )));
+        }
+        // 5 to 15 ms, varied so as not to keep meeting a periodic fork.
+        std::thread::sleep(Duration::from_millis(5 + tries * 7 % 11));
+        tries += 1;
+    }
+}
+
 /// Ranks a stopped thread for borrowing: lower is better.
 fn rank(st: &ptrace::Stopped, tid: i32, pid: i32, libc_range: &[(u64, u64)]) -> u32 {
     let Ok(r) = st.regs(tid) else { return 9 };
@@ -609,6 +731,7 @@ fn inject(
         ),
     };
     let dlerror = symbol_address(libc_obj, "dlerror");
+    let fork_code = symbol_ranges(libc_obj, FORK_SYMBOLS);
     let ranges = libc_ranges(pid);
     // Found before anything is stopped: the borrowed thread only waits
     // for the calls themselves.
@@ -621,9 +744,8 @@ fn inject(
     t.marks.push(("symbols", t0.elapsed()));
     let plan = plan.join().unwrap_or_default();
     t.marks.push(("plan", t0.elapsed()));
-    let stop_start = Instant::now();
-    t.stop_window.0 = fntrace_rt::clock::monotonic_ns();
-    let mut st = ptrace::Stopped::all(pid).map_err(|e| Error::Invalid(e.to_string()))?;
+    let (mut st, stop_start, stop_ns) = stop_outside_fork(pid, &fork_code)?;
+    t.stop_window.0 = stop_ns;
     t.marks.push(("stop", t0.elapsed()));
     t.fixed = fixup::apply(&st, &plan);
     t.marks.push(("fixup", t0.elapsed()));
@@ -640,12 +762,19 @@ fn inject(
     // RTLD_NOW; the legacy internal entry also wants __RTLD_DLOPEN.
     let mode = if legacy { 2 | 0x8000_0000 } else { 2 };
     let handle = st
-        .call(tid, dlopen, &[ptrace::DATA, mode], &path, CALL_TIMEOUT)
+        .call(
+            tid,
+            dlopen,
+            &[ptrace::DATA, mode],
+            &path,
+            CALL_TIMEOUT,
+            &STOP,
+        )
         .map_err(fail)?;
     t.marks.push(("dlopen", t0.elapsed()));
     if handle == 0 {
         let why = match dlerror {
-            Some(f) => match st.call(tid, f, &[], &[], CALL_TIMEOUT) {
+            Some(f) => match st.call(tid, f, &[], &[], CALL_TIMEOUT, &STOP) {
                 Ok(0) | Err(_) => String::new(),
                 Ok(p) => read_cstr(&st, p),
             },
@@ -678,6 +807,7 @@ fn inject(
             &[ptrace::DATA, handover.len() as u64],
             handover,
             CALL_TIMEOUT,
+            &STOP,
         )
         .map_err(fail)? as u32 as i32;
     st.release();

@@ -17,6 +17,9 @@
 //!   kernel does not treat the borrowed registers as an interrupted system
 //!   call. Afterwards everything is put back, including an interrupted
 //!   system call, which the kernel then restarts as if nothing happened.
+//!   The wait for the call has one deadline, which signals arriving for
+//!   the thread (delivered to it as they come) do not move, and a stop
+//!   signal sent to fntrace shortens it to [`STOP_GRACE`].
 //!
 //! Every `unsafe` block here is a ptrace or wait system call on threads we
 //! trace; none touches our own memory beyond the buffers passed.
@@ -24,6 +27,7 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// `NT_X86_XSTATE`: the regset of the extended processor state.
@@ -317,7 +321,10 @@ impl Stopped {
 
     /// Calls `func(args[0], args[1], ...)` on the stopped thread `tid`,
     /// with `data` copied onto its stack; `args` may refer to the copy as
-    /// [`DATA`]. Returns `rax`. Waits at most `timeout` for the call.
+    /// [`DATA`]. Returns `rax`. Waits at most `timeout` for the call, all
+    /// told (signals the thread receives meanwhile do not extend it), and
+    /// at most [`STOP_GRACE`] more once `stop` is non-zero (a signal asked
+    /// fntrace to stop; it holds the signal's number).
     pub fn call(
         &mut self,
         tid: i32,
@@ -325,7 +332,12 @@ impl Stopped {
         args: &[u64],
         data: &[u8],
         timeout: Duration,
+        stop: &AtomicI32,
     ) -> Result<u64, PtraceError> {
+        let deadline = Instant::now() + timeout;
+        // When a stop signal was first seen, and until when the call may
+        // still finish.
+        let mut cut: Option<(i32, Instant)> = None;
         let other = |e: io::Error| PtraceError::Other(format!("thread {tid}: {e}"));
         let saved = self.regs(tid).map_err(other)?;
         let mut saved_x = self.xstate(tid).ok();
@@ -355,9 +367,27 @@ impl Stopped {
                 break Err(PtraceError::Gone(self.pid));
             }
             deliver = 0;
-            let status = match wait(tid, timeout, false) {
-                Ok(Some(s)) => s,
-                Ok(None) => {
+            // One deadline for the whole call, checked between short waits
+            // and after every stop (a periodic signal stops the thread
+            // more often than any wait lasts).
+            let status = loop {
+                let now = Instant::now();
+                let sig = stop.load(Ordering::Relaxed);
+                if sig != 0 && cut.is_none() {
+                    cut = Some((sig, now + STOP_GRACE));
+                }
+                if let Some((sig, until)) = cut
+                    && now >= until
+                {
+                    break Err(PtraceError::Other(format!(
+                        "the call into process {} did not return within {} s after fntrace was \
+                         asked to stop (signal {sig}) (thread {tid} may be waiting for a lock); \
+                         the process was left as it is",
+                        self.pid,
+                        STOP_GRACE.as_secs()
+                    )));
+                }
+                if now >= deadline {
                     break Err(PtraceError::Other(format!(
                         "the call into process {} did not return within {} s (thread {tid} \
                          may be waiting for a lock); the process was left as it is",
@@ -365,7 +395,19 @@ impl Stopped {
                         timeout.as_secs()
                     )));
                 }
-                Err(_) => break Err(PtraceError::Gone(self.pid)),
+                let left = match cut {
+                    Some((_, until)) => until.min(deadline),
+                    None => deadline,
+                } - now;
+                match wait(tid, left.min(Duration::from_millis(20)), false) {
+                    Ok(Some(s)) => break Ok(s),
+                    Ok(None) => {}
+                    Err(_) => break Err(PtraceError::Gone(self.pid)),
+                }
+            };
+            let status = match status {
+                Ok(s) => s,
+                Err(e) => break Err(e),
             };
             if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
                 break Err(PtraceError::Gone(self.pid));
@@ -402,6 +444,11 @@ impl Stopped {
         result
     }
 }
+
+/// How long [`Stopped::call`] still waits for the call to return once
+/// fntrace was asked to stop (a call that returns leaves the thread as it
+/// was; one abandoned may hold a lock or return into nothing).
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// In [`Stopped::call`]'s `args`: the address of the copied data.
 pub const DATA: u64 = u64::MAX - 0xfff;
