@@ -59,8 +59,13 @@ static STEPS: Mutex<Option<Vec<(&'static str, u64)>>> = Mutex::new(None);
 /// Starts timing steps (forgetting earlier ones).
 pub fn steps_start() {
     STEPS_WANTED.store(true, std::sync::atomic::Ordering::Relaxed);
-    *STEPS.lock().unwrap_or_else(|e| e.into_inner()) =
-        Some(vec![("start", crate::clock::monotonic_ns())]);
+    // Not waiting for the lock either (see [`step`]).
+    let mut s = match STEPS.try_lock() {
+        Ok(s) => s,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    *s = Some(vec![("start", crate::clock::monotonic_ns())]);
 }
 
 /// Set once start-up steps were asked for (`FNTRACE_STARTUP_STEPS=1`).
@@ -73,8 +78,20 @@ pub fn steps_wanted() -> bool {
 }
 
 /// Marks the end of step `name` (nothing unless timing).
+///
+/// Never waits for the lock: in a forked child, another thread of the
+/// parent may have held it at the fork, and nobody would release it (a
+/// child hung here, and its parent in `waitpid`). A step not noted is
+/// only a missing line of start-up timing.
 pub fn step(name: &'static str) {
-    let mut s = STEPS.lock().unwrap_or_else(|e| e.into_inner());
+    if !STEPS_WANTED.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let mut s = match STEPS.try_lock() {
+        Ok(s) => s,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
     if let Some(v) = s.as_mut()
         && v.len() < 64
     {
