@@ -8,7 +8,8 @@ use std::path::Path;
 
 use fntrace_format::Trace;
 
-use crate::analysis::{Clock, Event, NamePattern, fmt_ns};
+use crate::analysis::{Clock, Event, fmt_ns};
+use crate::pattern::NamePattern;
 use crate::select::{SelectArgs, SelectedEvents, Selection};
 use crate::symbols::Symbolizer;
 use crate::tracefile::{open_checked, with_progress};

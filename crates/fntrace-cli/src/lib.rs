@@ -1,6 +1,6 @@
 //! The library side of the `fntrace` command: symbolisation, call
 //! reconstruction, attaching to a running process, the views (`report`, `replay`, `info`, `graph`,
-//! `report --diff`), the exports, `record`, the `live` client, the
+//! `report --diff`), function selectors (`pattern`), the exports, `record`, the `live` client, the
 //! markers listing and the terminal browser (`tui`). The binary (`main.rs`) only parses arguments and calls
 //! one function here per command.
 
@@ -16,6 +16,7 @@ pub mod info;
 pub mod limits;
 pub mod live;
 pub mod markers;
+pub mod pattern;
 pub mod probe;
 pub mod progress;
 pub mod record;

@@ -8,7 +8,8 @@ use std::path::Path;
 use fntrace_format::Trace;
 
 use crate::Result;
-use crate::analysis::{Clock, Event, Events, NamePattern, fmt_ns, indent, parse_duration};
+use crate::analysis::{Clock, Event, Events, fmt_ns, indent, parse_duration};
+use crate::pattern::NamePattern;
 use crate::symbols::Symbolizer;
 use crate::tracefile::open_checked;
 
@@ -184,6 +185,22 @@ impl Replayer<'_, '_> {
         }
     }
 
+    /// The level at which a note (a marker, a context switch) at `tsc`
+    /// is shown on thread `t`, if it is: where the calls around it are
+    /// shown (or at the top when no filter hides the outer level), within
+    /// the time window and `--depth`.
+    fn note_level(&self, t: &ThreadView<'_>, tsc: u64) -> Option<usize> {
+        let in_time = self.o.time_range.is_none_or(|(a, b)| {
+            let at = self.clock.since_start(tsc);
+            at >= a && at <= b
+        });
+        let (shown, rel) = match t.stack.last() {
+            Some(f) => (f.eligible, f.rel.map_or(0, |r| r + 1)),
+            None => (self.o.filter.is_none(), 0),
+        };
+        (in_time && shown && self.o.depth.is_none_or(|d| rel <= d)).then_some(rel)
+    }
+
     /// A switch point: the thread was off CPU from `out` to `back`, shown
     /// where it happened in the call tree with how long it lasted.
     fn offcpu(
@@ -254,17 +271,7 @@ impl Replayer<'_, '_> {
                 }
             }
             Event::Marker { tsc, name, text } => {
-                let in_time = self.o.time_range.is_none_or(|(a, b)| {
-                    let at = self.clock.since_start(tsc);
-                    at >= a && at <= b
-                });
-                // Shown where the calls around it are shown (or at the top
-                // when no filter hides the outer level).
-                let (shown, rel) = match t.stack.last() {
-                    Some(f) => (f.eligible, f.rel.map_or(0, |r| r + 1)),
-                    None => (self.o.filter.is_none(), 0),
-                };
-                if in_time && shown && self.o.depth.is_none_or(|d| rel <= d) {
+                if let Some(rel) = self.note_level(t, tsc) {
                     self.open_ancestors(t)?;
                     let indent = indent(rel);
                     let sep = if text.is_empty() { "" } else { " " };
@@ -276,18 +283,9 @@ impl Replayer<'_, '_> {
                 }
             }
             Event::Switch { resumed, calls } => {
-                // Shown where the calls around it are shown, at the time
-                // of the exit or entry that follows it.
+                // At the time of the exit or entry that follows it.
                 let at = t.events.peek().map(event_tsc).unwrap_or(0);
-                let in_time = self.o.time_range.is_none_or(|(a, b)| {
-                    let at = self.clock.since_start(at);
-                    at >= a && at <= b
-                });
-                let (shown, rel) = match t.stack.last() {
-                    Some(f) => (f.eligible, f.rel.map_or(0, |r| r + 1)),
-                    None => (self.o.filter.is_none(), 0),
-                };
-                if in_time && shown && self.o.depth.is_none_or(|d| rel <= d) {
+                if let Some(rel) = self.note_level(t, at) {
                     self.open_ancestors(t)?;
                     let (what, s) = (
                         if resumed { "resumes" } else { "suspends" },

@@ -6,7 +6,8 @@
 
 use fntrace_format::Trace;
 
-use crate::analysis::{Clock, Event, Events, NamePattern, parse_duration};
+use crate::analysis::{Clock, Event, Events, parse_duration};
+use crate::pattern::NamePattern;
 use crate::replay::parse_range;
 use crate::symbols::Symbolizer;
 use crate::{Error, Result};

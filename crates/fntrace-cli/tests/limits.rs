@@ -204,6 +204,30 @@ fn fntrace(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The calls recorded in the trace at `data` (entries), and those `info`'s
+/// limit line (`# limit ... at +T: N later calls ...`) says were dropped.
+fn recorded_and_dropped(data: &Path, line: &str) -> (u64, u64) {
+    let dropped: u64 = line
+        .split(": ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {line:?}"));
+    let t = Trace::open(data).unwrap();
+    let mut recorded = 0u64;
+    struct Count<'a>(&'a mut u64);
+    impl Visitor for Count<'_> {
+        fn enter(&mut self, _f: u64, _d: usize, _t: u64) {
+            *self.0 += 1;
+        }
+        fn call(&mut self, _c: &Call) {}
+    }
+    for tid in t.thread_ids() {
+        walk_thread(&t, tid, &mut Count(&mut recorded));
+    }
+    (recorded, dropped)
+}
+
 /// `--max-size` drops calls once the file is full and says so: in
 /// `record`'s summary and in `info`, with how many and from when; every
 /// call of fib(27) is either recorded or counted as dropped.
@@ -233,24 +257,7 @@ fn max_size_reports_what_it_dropped() {
         .lines()
         .find(|l| l.starts_with("# limit"))
         .unwrap_or_else(|| panic!("no limit in info:\n{info}"));
-    let dropped: u64 = line
-        .split(": ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count in {line:?}"));
-    let t = Trace::open(&data).unwrap();
-    let mut recorded = 0u64;
-    struct Count<'a>(&'a mut u64);
-    impl Visitor for Count<'_> {
-        fn enter(&mut self, _f: u64, _d: usize, _t: u64) {
-            *self.0 += 1;
-        }
-        fn call(&mut self, _c: &Call) {}
-    }
-    for tid in t.thread_ids() {
-        walk_thread(&t, tid, &mut Count(&mut recorded));
-    }
+    let (recorded, dropped) = recorded_and_dropped(&data, line);
     // fib(27) makes 2*fib(28)-1 calls, and main one.
     assert_eq!(recorded + dropped, 2 * 317_811 - 1 + 1, "{line}");
     assert!(dropped > 0);
@@ -303,24 +310,7 @@ fn a_file_size_limit_ends_the_trace_not_the_program() {
         .find(|l| l.starts_with("# limit"))
         .unwrap_or_else(|| panic!("no limit in info:\n{info}"));
     assert!(line.contains("ulimit -f"), "{line}");
-    let dropped: u64 = line
-        .split(": ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count in {line:?}"));
-    let t = Trace::open(&data).unwrap();
-    let mut recorded = 0u64;
-    struct Count<'a>(&'a mut u64);
-    impl Visitor for Count<'_> {
-        fn enter(&mut self, _f: u64, _d: usize, _t: u64) {
-            *self.0 += 1;
-        }
-        fn call(&mut self, _c: &Call) {}
-    }
-    for tid in t.thread_ids() {
-        walk_thread(&t, tid, &mut Count(&mut recorded));
-    }
+    let (recorded, dropped) = recorded_and_dropped(&data, line);
     assert_eq!(recorded + dropped, 2 * 317_811 - 1 + 1, "{line}");
     assert!(dropped > 0);
 }

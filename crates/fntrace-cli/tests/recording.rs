@@ -342,7 +342,7 @@ fn replay_interleaves_threads_and_keeps_each_nested() {
 
 #[test]
 fn replay_depth_threshold_filter_and_srcline() {
-    use fntrace_cli::analysis::NamePattern;
+    use fntrace_cli::pattern::NamePattern;
     use fntrace_cli::replay::ReplayOptions;
     let (_d, p) = run_child("fib");
     let t = Trace::open(&p).unwrap();

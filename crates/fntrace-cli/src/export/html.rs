@@ -743,7 +743,7 @@ pub fn write_html(out: &mut dyn Write, trace: &Trace, sel: &Selection) -> io::Re
     writeln!(out, "</table><h2>Call tree</h2><div class=\"tree\">")?;
     let g = CallGraph::build(
         trace,
-        &crate::analysis::NamePattern::new(".*").expect("valid"),
+        &crate::pattern::NamePattern::new(".*").expect("valid"),
         sel,
     );
     g.write_html_tree(out, trace, 40)?;

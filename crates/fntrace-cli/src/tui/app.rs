@@ -11,7 +11,8 @@ use fntrace_format::Trace;
 use super::keys::Action;
 use super::model::index::Index;
 use super::model::tree::{Kind, Loaded, ROOT, Row, Tree};
-use crate::analysis::{Clock, NamePattern};
+use crate::analysis::Clock;
+use crate::pattern::NamePattern;
 use crate::report::{Row as ReportRow, SortKey};
 use crate::symbols::Symbolizer;
 

@@ -37,7 +37,7 @@ use super::entry::{held_by_us, pop_frames};
 use super::unwind::Next;
 use crate::features;
 use crate::recorder::shadow::{F_HIJACKED, F_NOTRACE, F_RECORDED, F_SLOT, F_TRACE, Frame};
-use crate::recorder::{self, SESSION, with_state};
+use crate::recorder::{self, SESSION, ThreadState, with_state};
 
 /// Frames kept inline in a [`Suspended`] (more go to a mapping of their
 /// own).
@@ -133,19 +133,7 @@ pub(crate) fn suspend(keep: &mut Suspended) {
             keep.map_len = len;
         }
         keep.n = n;
-        let record = t.session != 0 && t.session == SESSION.load(Ordering::Relaxed);
-        let calls = keep
-            .frames()
-            .iter()
-            .filter(|f| f.flags & F_RECORDED != 0)
-            .count() as u64;
-        if record && calls > 0 && features::features() & features::FEAT_TIME == 0 {
-            recorder::write_record(t, false, |_| Framed::ContextSwitch {
-                resumed: false,
-                calls,
-            });
-        }
-        pop_frames(t, 0, record);
+        leave(t, false);
         compiler_fence(Ordering::SeqCst);
         t.busy = false;
     })
@@ -170,17 +158,8 @@ pub(crate) fn resume(keep: &mut Suspended) {
                 || recorder::attach_slow(t));
         t.busy = true;
         compiler_fence(Ordering::SeqCst);
-        let record = attached && features::features() & features::FEAT_TIME == 0;
-        let calls = keep
-            .frames()
-            .iter()
-            .filter(|f| f.flags & F_RECORDED != 0)
-            .count() as u64;
-        if record && calls > 0 {
-            recorder::write_record(t, false, |_| Framed::ContextSwitch {
-                resumed: true,
-                calls,
-            });
+        if attached {
+            note_switch(t, recorded(keep.frames()), true);
         }
         for &f in keep.frames() {
             let mut f = f;
@@ -231,24 +210,40 @@ pub(crate) fn abandon_context() {
         }
         t.busy = true;
         compiler_fence(Ordering::SeqCst);
-        let record = t.session != 0 && t.session == SESSION.load(Ordering::Relaxed);
-        let calls = t
-            .shadow
-            .frames()
-            .iter()
-            .filter(|f| f.flags & F_RECORDED != 0)
-            .count() as u64;
-        if record && calls > 0 && features::features() & features::FEAT_TIME == 0 {
-            recorder::write_record(t, false, |_| Framed::ContextSwitch {
-                resumed: false,
-                calls,
-            });
-        }
-        unhijack(t.shadow.frames());
-        pop_frames(t, 0, record);
+        leave(t, true);
         compiler_fence(Ordering::SeqCst);
         t.busy = false;
     })
+}
+
+/// The thread leaves its context (it holds `busy`): the record saying so,
+/// the exits of its recorded frames, every frame popped; `give_back`: the
+/// taken-over slots get their return addresses back first.
+fn leave(t: &mut ThreadState, give_back: bool) {
+    let record = t.session != 0 && t.session == SESSION.load(Ordering::Relaxed);
+    if record {
+        let calls = recorded(t.shadow.frames());
+        note_switch(t, calls, false);
+    }
+    if give_back {
+        unhijack(t.shadow.frames());
+    }
+    pop_frames(t, 0, record);
+}
+
+/// Writes the context-switch record for the recorded calls of `frames`
+/// that the exits (or, `resumed`, the entries) about to be written
+/// suspend (or continue); none under the record-time time filter, whose
+/// held-back calls it would flush.
+fn note_switch(t: &mut ThreadState, calls: u64, resumed: bool) {
+    if calls > 0 && features::features() & features::FEAT_TIME == 0 {
+        recorder::write_record(t, false, |_| Framed::ContextSwitch { resumed, calls });
+    }
+}
+
+/// The recorded calls among `frames`.
+fn recorded(frames: &[Frame]) -> u64 {
+    frames.iter().filter(|f| f.flags & F_RECORDED != 0).count() as u64
 }
 
 /// Gives every taken-over slot of `frames` its original return address
